@@ -1,0 +1,24 @@
+"""The JetStream bus: embedded server, streams, appends, handler runtime, replay, tracing."""
+
+from nanocrab.bus.config import BusConfig
+from nanocrab.bus.connection import connect, ensure_streams
+from nanocrab.bus.errors import (
+    AppendConflict,
+    AppendRejected,
+    BusError,
+    ServerStartError,
+    TransientError,
+)
+from nanocrab.bus.log import Appended, EventLog, Expect, RawMessage
+from nanocrab.bus.reactor import Reactor
+from nanocrab.bus.replay import Stored, Window, read, read_run
+from nanocrab.bus.runtime import HandlerRuntime, RuntimeOptions, stamp
+from nanocrab.bus.server import EmbeddedServer, server_binary
+from nanocrab.bus.subjects import Subjects, sanitize_token
+
+__all__ = [
+    "AppendConflict", "AppendRejected", "Appended", "BusConfig", "BusError", "EmbeddedServer",
+    "EventLog", "Expect", "HandlerRuntime", "RawMessage", "Reactor", "RuntimeOptions",
+    "ServerStartError", "Stored", "Subjects", "TransientError", "Window", "connect",
+    "ensure_streams", "read", "read_run", "sanitize_token", "server_binary", "stamp",
+]  # fmt: skip

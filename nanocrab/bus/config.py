@@ -1,0 +1,50 @@
+"""Typed bus configuration; only the CLI fills it from the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nanocrab.events import DEFAULT_MAX_EVENT_BYTES
+
+
+class BusConfig(BaseModel):
+    """Where the bus is and how its streams are shaped.
+
+    ``root`` is the first subject token and names the streams (``NANOCRAB_LOG``,
+    ``NANOCRAB_EPHEMERAL``); tests use a fresh root per test to share one server.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = None
+    """An external server or cluster (``NANOCRAB_NATS_URL``); ``None`` starts the embedded one."""
+    data_dir: Path = Path(".nanocrab")
+    root: str = Field(default="nanocrab", pattern=r"^[a-z][a-z0-9_-]*$")
+    max_event_bytes: int = Field(default=DEFAULT_MAX_EVENT_BYTES, gt=1024)
+    """Events above this are refused by the codec; the log stream accepts up to
+    ``max_msg_bytes`` so that foreign oversized messages land (and are dead-lettered) rather than
+    vanish at the publisher."""
+    max_msg_bytes: int = 1024 * 1024
+    duplicate_window_s: float = Field(default=120.0, ge=120.0)
+    log_max_bytes: int = -1
+    """-1 is unlimited; with a limit the log refuses new events when full (discard-new)."""
+    replicas: int = Field(default=1, ge=1, le=5)
+    storage: Literal["file", "memory"] = "file"
+    ephemeral_ttl_s: float = 3600.0
+    ephemeral_max_age_s: float = 24 * 3600.0
+    append_timeout_s: float = 5.0
+
+    @property
+    def log_stream(self) -> str:
+        return f"{self.root.upper().replace('-', '_')}_LOG"
+
+    @property
+    def ephemeral_stream(self) -> str:
+        return f"{self.root.upper().replace('-', '_')}_EPHEMERAL"
+
+    @property
+    def ephemeral_root(self) -> str:
+        return f"{self.root}_eph"

@@ -1,0 +1,35 @@
+"""The bus package's root exception and its typed failures."""
+
+from __future__ import annotations
+
+
+class BusError(Exception):
+    """Root of every error raised by ``nanocrab.bus``."""
+
+
+class ServerStartError(BusError):
+    """The embedded nats-server could not be started or did not become ready."""
+
+
+class AppendConflict(BusError):
+    """An append's expected-last-sequence check failed: someone appended first.
+
+    Nothing was stored. Reload the state (``actual`` hints where the log is, when known) and decide
+    again.
+    """
+
+    def __init__(self, subject: str, expected: int, detail: str) -> None:
+        super().__init__(
+            f"expected last sequence {expected} on {subject!r} but the log moved on: {detail}"
+        )
+        self.subject = subject
+        self.expected = expected
+        self.detail = detail
+
+
+class AppendRejected(BusError):
+    """JetStream refused an append for a reason other than a sequence conflict (full, too big)."""
+
+
+class TransientError(BusError):
+    """Raised by a reactor for a failure worth retrying later: the event is nak'd with backoff."""

@@ -1,0 +1,172 @@
+"""Appending to and reading from the durable event log.
+
+Every append sets ``Nats-Msg-Id`` to the event id, so retrying an append (or redelivering the
+event that caused it) inside the duplicate window stores it once and reports ``duplicate=True``.
+Decisions that depend on state append with an expected last sequence, scoped to the event's own
+subject or to a wildcard such as a whole run (``Nats-Expected-Last-Subject-Sequence-Subject``,
+nats-server >= 2.11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+from nanocrab.bus.config import BusConfig
+from nanocrab.bus.connection import ensure_streams
+from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError
+from nanocrab.bus.subjects import Subjects
+from nanocrab.bus.tracing import current_traceparent, new_traceparent
+from nanocrab.events import Codec, Event, EventDecodeError
+
+# JetStream error codes for a failed expected-sequence check.
+_CONFLICT_CODES = {10071, 10164}
+H_MSG_ID = "Nats-Msg-Id"
+H_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+H_EXPECTED_SCOPE = "Nats-Expected-Last-Subject-Sequence-Subject"
+H_TTL = "Nats-TTL"
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an event landed. ``duplicate`` means it was already stored (same id)."""
+
+    event_id: str
+    subject: str
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """An optimistic-concurrency precondition: the last sequence on ``scope`` must be ``seq``.
+
+    ``scope=None`` means the event's own subject; pass :meth:`Subjects.run` for a whole run.
+    ``seq=0`` means "nothing there yet".
+    """
+
+    seq: int
+    scope: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+class EventLog:
+    """The write side of the bus, plus point reads by sequence."""
+
+    def __init__(self, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=cfg.append_timeout_s)
+        self.cfg = cfg
+        self.codec = codec or Codec(max_bytes=cfg.max_event_bytes)
+        self.subjects = Subjects(cfg.root, cfg.ephemeral_root)
+
+    @classmethod
+    async def open(cls, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> EventLog:
+        """Create or update the streams, then return a log bound to them."""
+        log = cls(nc, cfg, codec=codec)
+        await ensure_streams(log.js, cfg)
+        return log
+
+    def prepare(self, event: Event) -> tuple[Event, str, bytes, dict[str, str]]:
+        """Stamp trace context, pick the subject, encode, and build the headers."""
+        if event.trace is None:
+            event = msgspec.structs.replace(
+                event, trace=current_traceparent() or new_traceparent()
+            )
+        subject = self.subjects.for_event(event)
+        payload = self.codec.encode(event, subject=subject)
+        headers = {H_MSG_ID: event.id, "traceparent": event.trace or ""}
+        if event.ephemeral:
+            headers[H_TTL] = f"{int(self.cfg.ephemeral_ttl_s)}s"
+        return event, subject, payload, headers
+
+    async def append(self, event: Event, *, expect: Expect | None = None) -> Appended:
+        """Append one event and wait for JetStream's acknowledgement.
+
+        Raises :class:`AppendConflict` (nothing stored) when ``expect`` does not hold.
+        """
+        event, subject, payload, headers = self.prepare(event)
+        if expect is not None:
+            headers[H_EXPECTED_SEQ] = str(expect.seq)
+            if expect.scope is not None:
+                headers[H_EXPECTED_SCOPE] = expect.scope
+        try:
+            ack = await self.js.publish(subject, payload, headers=headers)
+        except APIError as exc:
+            if exc.err_code in _CONFLICT_CODES and expect is not None:
+                raise AppendConflict(expect.scope or subject, expect.seq, str(exc)) from exc
+            raise AppendRejected(f"{event.type} {event.id} refused: {exc}") from exc
+        except TimeoutError as exc:
+            raise BusError(f"no acknowledgement for {event.type} {event.id}: {exc!r}") from exc
+        return Appended(event.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def append_batch(self, events: Sequence[Event]) -> list[Appended]:
+        """Pipeline many appends and wait (bounded) until all are acknowledged, in order.
+
+        On failure some events may be stored and others not; since every event has a stable id,
+        retrying the whole batch is safe.
+        """
+        if not events:
+            return []
+        prepared = [self.prepare(e) for e in events]
+        futures = [
+            await self.js.publish_async(subject, payload, headers=headers)
+            for _, subject, payload, headers in prepared
+        ]
+        try:
+            acks = await asyncio.wait_for(
+                asyncio.gather(*futures), timeout=self.cfg.append_timeout_s
+            )
+        except TimeoutError as exc:
+            for f in futures:
+                f.cancel()
+            raise BusError(f"batch of {len(events)} not acknowledged in time") from exc
+        except APIError as exc:
+            raise AppendRejected(f"batch append refused: {exc}") from exc
+        return [
+            Appended(ev.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
+            for (ev, subject, _, _), ack in zip(prepared, acks, strict=True)
+        ]
+
+    async def last_seq(self, scope: str) -> int:
+        """The sequence of the newest event on ``scope`` (wildcards allowed), 0 when none."""
+        try:
+            msg = await self.js.get_last_msg(self.cfg.log_stream, scope, direct=True)
+        except NotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    async def get(self, seq: int, *, stream: str | None = None) -> RawMessage:
+        msg = await self.js.get_msg(stream or self.cfg.log_stream, seq, direct=True)
+        return RawMessage(
+            seq=int(msg.seq or seq),
+            subject=msg.subject or "",
+            data=msg.data or b"",
+            headers=dict(msg.headers or {}),
+        )
+
+    async def read(self, seq: int) -> Event:
+        """Decode the event at ``seq``; raises :class:`EventDecodeError` when it is not one."""
+        raw = await self.get(seq)
+        return self.codec.decode(raw.data)
+
+    async def stream_last_seq(self, stream: str | None = None) -> int:
+        info = await self.js.stream_info(stream or self.cfg.log_stream)
+        return int(info.state.last_seq)
+
+
+__all__ = ["Appended", "EventDecodeError", "EventLog", "Expect", "RawMessage"]

@@ -1,0 +1,129 @@
+"""Reading history with ordered ephemeral consumers (never a handler's durable consumer).
+
+``read`` yields the stored messages matching a filter from a start point up to the end of the
+stream *as it was when reading began*; ``follow`` keeps going with new events. Messages that do
+not decode are yielded too (with ``error`` set) so a timeline can show them instead of hiding them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from nanocrab.bus.log import EventLog
+from nanocrab.events import Event, EventDecodeError
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """One message of the log: its position, subject, and the event (or why it is not one)."""
+
+    seq: int
+    subject: str
+    stored_at: datetime
+    event: Event | None
+    error: EventDecodeError | None = None
+    raw: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Where to start and stop: by sequence range and/or by time."""
+
+    start_seq: int | None = None
+    end_seq: int | None = None
+    start_time: datetime | None = None
+
+
+def consumer_config(window: Window) -> ConsumerConfig:
+    if window.start_seq is not None and window.start_seq > 1:
+        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                              opt_start_seq=window.start_seq)
+    if window.start_time is not None:
+        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
+                              opt_start_time=window.start_time)  # type: ignore[arg-type]
+    return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+
+
+def to_stored(log: EventLog, msg: Msg, *, keep_raw: bool = False) -> Stored:
+    meta = msg.metadata
+    try:
+        event: Event | None = log.codec.decode(msg.data)
+        error = None
+    except EventDecodeError as exc:
+        event, error = None, exc
+    return Stored(
+        seq=meta.sequence.stream,
+        subject=msg.subject,
+        stored_at=meta.timestamp,
+        event=event,
+        error=error,
+        raw=msg.data if (keep_raw or error) else b"",
+    )
+
+
+async def messages(
+    log: EventLog,
+    subject_filter: str,
+    window: Window = Window(),
+    *,
+    follow: bool = False,
+    stream: str | None = None,
+    idle_heartbeat_s: float = 2.0,
+) -> AsyncIterator[Msg]:
+    """Raw ordered delivery of ``subject_filter`` on ``stream`` (the log by default)."""
+    stream = stream or log.cfg.log_stream
+    queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=4096)
+
+    async def put(msg: Msg) -> None:
+        await queue.put(msg)
+
+    sub = await log.js.subscribe(
+        subject_filter,
+        stream=stream,
+        cb=put,
+        ordered_consumer=True,
+        idle_heartbeat=idle_heartbeat_s,
+        config=consumer_config(window),
+        pending_msgs_limit=1_000_000,
+        pending_bytes_limit=1024 * 1024 * 1024,
+    )
+    try:
+        if not follow:
+            info = await sub.consumer_info()
+            if info.num_pending == 0 and info.delivered.stream_seq == 0 and queue.empty():
+                # Nothing matches the filter from the start point; do not wait for delivery.
+                await asyncio.sleep(0)
+                if queue.empty():
+                    return
+        while True:
+            msg = await queue.get()
+            seq = msg.metadata.sequence.stream
+            if window.end_seq is not None and seq > window.end_seq:
+                return
+            yield msg
+            if not follow and (msg.metadata.num_pending or 0) == 0:
+                return
+    finally:
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await sub.unsubscribe()
+
+
+async def read(
+    log: EventLog, subject_filter: str, window: Window = Window(), *, follow: bool = False
+) -> AsyncIterator[Stored]:
+    """Decoded events matching ``subject_filter`` within ``window``."""
+    async for msg in messages(log, subject_filter, window, follow=follow):
+        yield to_stored(log, msg)
+
+
+async def read_run(log: EventLog, run_id: str) -> list[Stored]:
+    """Every event of one run, in log order."""
+    return [s async for s in read(log, log.subjects.run(run_id))]

@@ -1,0 +1,301 @@
+"""Runs a reactor on a durable pull consumer (DESIGN §5).
+
+Per message: decode → dispatch → append reactions (pipelined, deterministic ids) → ack. The ack
+comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
+redelivery whose reactions deduplicate. Malformed input and poison events are terminated and
+recorded as ``bus.malformed`` / ``bus.dead_lettered`` events (pointing at the original bytes by
+stream sequence); the loop goes on with the next message. Transient failures are nak'd with
+backoff until ``max_deliver``. The subscription is re-created after a server restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+
+from nanocrab.bus.connection import reconnects_of
+from nanocrab.bus.errors import BusError, TransientError
+from nanocrab.bus.log import EventLog
+from nanocrab.bus.reactor import Reactor
+from nanocrab.bus.tracing import context_from
+from nanocrab.events import (
+    BusDeadLettered,
+    BusMalformed,
+    DeadLetterKind,
+    Event,
+    EventDecodeError,
+    derive_event_id,
+)
+
+log = logging.getLogger(__name__)
+
+_PREVIEW_BYTES = 512
+# Errors that mean "the connection or server is not there right now": rebuild the subscription.
+_CONNECTION_ERRORS = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.NoServersError,
+    nats.errors.TimeoutError,
+    nats.errors.SlowConsumerError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.APIError,
+    BusError,
+    OSError,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """Consumer tuning; the defaults suit interactive agent work."""
+
+    batch: int = 64
+    fetch_timeout_s: float = 2.0
+    ack_wait_s: float = 30.0
+    max_deliver: int = 6
+    backoff_s: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
+    max_ack_pending: int = 1000
+
+
+def stamp(reactor_name: str, cause: Event, reactions: Sequence[Event]) -> list[Event]:
+    """Give each reaction its deterministic id and inherit the cause's envelope where unset."""
+    out: list[Event] = []
+    for i, r in enumerate(reactions):
+        out.append(
+            msgspec.structs.replace(
+                r,
+                id=derive_event_id(reactor_name, cause.id, i),
+                source=reactor_name,
+                causation_id=cause.id,
+                correlation_id=r.correlation_id or cause.correlation_id or cause.id,
+                tenant=cause.tenant if r.tenant == "default" else r.tenant,
+                task_id=r.task_id or cause.task_id,
+                run_id=r.run_id or cause.run_id,
+                session_id=r.session_id or cause.session_id,
+                step_id=r.step_id or cause.step_id,
+            )
+        )
+    return out
+
+
+class HandlerRuntime:
+    """One reactor bound to its durable consumer ``<reactor.name>`` on the log stream.
+
+    Several runtimes with the same reactor name (in one process or many) share the durable and
+    split the work. ``run()`` returns after ``stop()``, once the message in hand is finished.
+    """
+
+    def __init__(
+        self,
+        log_: EventLog,
+        reactor: Reactor,
+        *,
+        options: RuntimeOptions | None = None,
+        tracer: Tracer | None = None,
+    ) -> None:
+        self.log = log_
+        self.reactor = reactor
+        self.opts = options or RuntimeOptions()
+        self.tracer = tracer or trace.get_tracer("nanocrab.bus")
+        self.durable = reactor.name
+        self.filters = sorted({log_.subjects.of_type(t.__struct_config__.tag) for t in reactor.consumes})  # type: ignore[arg-type]
+        self._stopping = asyncio.Event()
+        self.processed = 0
+        self.dead_lettered = 0
+
+    def consumer_config(self) -> ConsumerConfig:
+        return ConsumerConfig(
+            name=self.durable,
+            durable_name=self.durable,
+            description=f"nanocrab handler {self.durable}",
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.opts.ack_wait_s,
+            max_deliver=self.opts.max_deliver,
+            max_ack_pending=self.opts.max_ack_pending,
+            filter_subjects=self.filters if len(self.filters) > 1 else None,
+            filter_subject=self.filters[0] if len(self.filters) == 1 else None,
+        )
+
+    async def ensure_consumer(self) -> None:
+        js, stream = self.log.js, self.log.cfg.log_stream
+        try:
+            await js.consumer_info(stream, self.durable)
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(stream, config=self.consumer_config())
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        reconnects = reconnects_of(self.log.nc)
+        while not self._stopping.is_set():
+            sub = None
+            try:
+                await self.ensure_consumer()
+                sub = await self.log.js.pull_subscribe_bind(
+                    durable=self.durable, stream=self.log.cfg.log_stream
+                )
+                generation = reconnects.generation
+                while not self._stopping.is_set() and generation == reconnects.generation:
+                    msgs = await self._fetch(sub)
+                    for msg in msgs:
+                        await self._process(msg)
+            except _CONNECTION_ERRORS as exc:
+                if self._stopping.is_set():
+                    break
+                log.info("handler %s: re-subscribing after %r", self.durable, exc)
+                await self._wait_connected()
+            finally:
+                if sub is not None:
+                    with contextlib.suppress(*_CONNECTION_ERRORS):
+                        await sub.unsubscribe()
+
+    async def _wait_connected(self) -> None:
+        reconnects = reconnects_of(self.log.nc)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        conn = asyncio.ensure_future(reconnects.connected.wait())
+        try:
+            await asyncio.wait({stop, conn}, timeout=5.0, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            conn.cancel()
+        await asyncio.sleep(0.1)
+
+    async def _fetch(self, sub: object) -> list[Msg]:
+        """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error."""
+        fetch = asyncio.ensure_future(
+            sub.fetch(  # type: ignore[attr-defined]
+                self.opts.batch,
+                timeout=self.opts.fetch_timeout_s,
+                heartbeat=min(1.0, self.opts.fetch_timeout_s / 4),
+            )
+        )
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            done, _ = await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if fetch not in done:
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
+                await fetch
+            return []
+        try:
+            return list(fetch.result())
+        except (TimeoutError, nats.errors.TimeoutError):
+            return []
+
+    async def _process(self, msg: Msg) -> None:
+        meta = msg.metadata
+        try:
+            event = self.log.codec.decode(msg.data)
+        except EventDecodeError as exc:
+            await self._dead_letter(msg, BusMalformed, exc.kind.value, exc.message)  # type: ignore[arg-type]
+            return
+        if not self.log.subjects.matches_type(msg.subject, event.type):
+            await self._dead_letter(
+                msg, BusMalformed, "invalid", f"{event.type} published on subject {msg.subject}"
+            )
+            return
+        if not isinstance(event, self.reactor.consumes):
+            await msg.ack()
+            return
+        with self.tracer.start_as_current_span(
+            f"{self.durable} {event.type}",
+            context=context_from(event.trace),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "nats",
+                "messaging.destination.name": msg.subject,
+                "messaging.message.id": event.id,
+                "nanocrab.handler": self.durable,
+                "nanocrab.stream_seq": meta.sequence.stream,
+                "nanocrab.run_id": event.run_id or "",
+            },
+        ) as span:
+            keepalive = asyncio.create_task(self._keep_alive(msg))
+            try:
+                reactions = await self.reactor.handle(event)
+            except TransientError as exc:
+                keepalive.cancel()
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                await self._retry_or_give_up(msg, exc)
+                return
+            except Exception as exc:
+                keepalive.cancel()
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, repr(exc)))
+                await self._dead_letter(msg, BusDeadLettered, "poison", _describe(exc))
+                return
+            finally:
+                keepalive.cancel()
+            try:
+                await self.log.append_batch(stamp(self.durable, event, reactions))
+            except EventDecodeError as exc:  # a reaction the codec refuses (e.g. oversized)
+                await self._dead_letter(msg, BusDeadLettered, "poison", f"reaction refused: {exc}")
+                return
+            await msg.ack()
+        self.processed += 1
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        """In-progress acks while a reactor works longer than a third of ``ack_wait``."""
+        while True:
+            await asyncio.sleep(self.opts.ack_wait_s / 3)
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                await msg.in_progress()
+
+    async def _retry_or_give_up(self, msg: Msg, exc: TransientError) -> None:
+        delivered = msg.metadata.num_delivered or 1
+        if delivered >= self.opts.max_deliver:
+            await self._dead_letter(
+                msg, BusDeadLettered, "max_deliveries",
+                f"gave up after {delivered} deliveries: {exc}",
+            )
+            return
+        delay = self.opts.backoff_s[min(delivered - 1, len(self.opts.backoff_s) - 1)]
+        await msg.nak(delay=delay)
+
+    async def _dead_letter(
+        self,
+        msg: Msg,
+        kind: type[BusMalformed] | type[BusDeadLettered],
+        reason_kind: DeadLetterKind,
+        reason: str,
+    ) -> None:
+        """Record the failure as an event (idempotent per handler and stream sequence), then
+        terminate the message so it is never redelivered to this handler."""
+        meta = msg.metadata
+        seq = meta.sequence.stream
+        record = kind(
+            id=derive_event_id(self.durable, f"{meta.stream}:{seq}", 0),
+            source=self.durable,
+            handler=self.durable,
+            stream=meta.stream,
+            stream_seq=seq,
+            subject=msg.subject,
+            reason_kind=reason_kind,
+            reason=reason[:2000],
+            deliveries=meta.num_delivered or 1,
+            preview=msg.data[:_PREVIEW_BYTES].decode("utf-8", "replace"),
+        )
+        await self.log.append(record)
+        await msg.term()
+        self.dead_lettered += 1
+        log.warning("handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason)
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

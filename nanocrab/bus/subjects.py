@@ -1,0 +1,75 @@
+"""Fixed-depth subjects: ``<root>.<tenant>.<kind>.<id>.<family>.<name>`` (DESIGN §5).
+
+Every token is sanitised, so an id can never add a level or inject a wildcard, and a filter such
+as ``nanocrab.*.run.<id>.>`` or ``nanocrab.*.*.*.tool.*`` always means what it says.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nanocrab.events import Event
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
+
+
+def sanitize_token(token: str) -> str:
+    """Map any string onto one safe subject token (letters, digits, ``_`` and ``-``)."""
+    return _UNSAFE.sub("_", token)[:128] or "_"
+
+
+def _type_tokens(pattern: str) -> str:
+    """``run.*`` → ``run.*``; ``run`` → ``run.*``; ``*`` → ``*.*``; ``>`` stays whole."""
+    if pattern in (">", "*"):
+        return "*.*"
+    parts = pattern.split(".")
+    if len(parts) == 1:
+        parts.append("*")
+    if len(parts) != 2:
+        raise ValueError(f"event type pattern {pattern!r} must be 'family', 'family.name' or '*'")
+    return ".".join(p if p == "*" else sanitize_token(p) for p in parts)
+
+
+class Subjects:
+    """Subject construction and filters for one ``root`` (and its ephemeral sibling)."""
+
+    def __init__(self, root: str, ephemeral_root: str) -> None:
+        self.root = root
+        self.ephemeral_root = ephemeral_root
+
+    def for_event(self, event: Event) -> str:
+        family, name = event.type.split(".", 1)
+        root = self.ephemeral_root if event.ephemeral else self.root
+        return ".".join(
+            (
+                root,
+                sanitize_token(event.tenant),
+                event.subject_kind,
+                sanitize_token(event.subject_id()),
+                family,
+                name,
+            )
+        )
+
+    @property
+    def log_all(self) -> str:
+        return f"{self.root}.>"
+
+    @property
+    def ephemeral_all(self) -> str:
+        return f"{self.ephemeral_root}.>"
+
+    def run(self, run_id: str, *, tenant: str = "*") -> str:
+        """Every event of one run; also the scope of the per-run expected-sequence check."""
+        t = tenant if tenant == "*" else sanitize_token(tenant)
+        return f"{self.root}.{t}.run.{sanitize_token(run_id)}.>"
+
+    def of_type(self, pattern: str, *, tenant: str = "*") -> str:
+        """Events whose type matches ``pattern`` (``task.submitted``, ``run.*``, ``tool``)."""
+        t = tenant if tenant == "*" else sanitize_token(tenant)
+        return f"{self.root}.{t}.*.*.{_type_tokens(pattern)}"
+
+    def matches_type(self, subject: str, event_type: str) -> bool:
+        """Whether ``subject`` is the right place for an event of ``event_type``."""
+        tokens = subject.split(".")
+        return len(tokens) == 6 and f"{tokens[4]}.{tokens[5]}" == event_type

@@ -1,0 +1,346 @@
+"""Commands. Each one reads :class:`Settings`, wires what it needs, and says what to do next on
+failure."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+from rich.table import Table
+from sqlalchemy import func, select
+
+from nanocrab.bus import BusError, EventLog, Stored, Window, read, read_run
+from nanocrab.bus.tracing import configure_tracing
+from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
+from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
+from nanocrab.cli.settings import Settings
+from nanocrab.events import RunCompleted, RunFailed, TaskSubmitted, new_event_id
+from nanocrab.projections import Projector, all_projections, checkpoints, dead_letters
+
+app = typer.Typer(
+    help="nanocrab: an event-sourced agent runtime on NATS JetStream.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+projections_app = typer.Typer(help="Read models built from the log.", no_args_is_help=True)
+app.add_typer(projections_app, name="projections")
+
+console = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per line, for machines.")]
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        err.print(f"[bold red]configuration error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _setup(settings: Settings, service: str) -> None:
+    logging.basicConfig(
+        level=logging.WARNING, handlers=[RichHandler(console=err, show_path=False)], format="%(message)s"
+    )
+    configure_tracing(service, exporter=settings.traces, console_path=settings.home / "traces.jsonl")
+
+
+def _run(coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except BusError as exc:
+        err.print(f"[bold red]bus error:[/] {exc}")
+        raise typer.Exit(1) from exc
+
+
+@app.command()
+def up() -> None:
+    """Run the embedded server (or use NANOCRAB_NATS_URL), every handler and every projector
+    until Ctrl-C."""
+    settings = _settings()
+    _setup(settings, "nanocrab-up")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        marker = RuntimeMarker(settings.home)
+        async with bus_session(settings.bus(), name="nanocrab-up", sync=settings.sync) as (log, server):
+            engine = engine_for(settings.db_url)
+            host = Host(log, engine)
+            await host.start()
+            marker.write()
+            where = server.url if server else settings.nats_url
+            console.print(f"[bold green]nanocrab up[/] on {where} · data in {settings.home}")
+            console.print(
+                f"  handlers: {', '.join(r.durable for r in host.runtimes)} · projections: "
+                f"{', '.join(p.name for p in host.projectors)} · Ctrl-C to stop"
+            )
+            try:
+                await stop.wait()
+            finally:
+                console.print("stopping: finishing in-flight events…")
+                await host.stop()
+                marker.clear()
+                await engine.dispose()
+        console.print("[green]stopped cleanly[/]")
+
+    _run(main())
+
+
+def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
+    rid = run_id or new_event_id()
+    return TaskSubmitted(text=text, agent=agent, run_id=rid, task_id=rid, source="cli")
+
+
+@app.command()
+def publish(
+    text: Annotated[str, typer.Argument(help="The task, in plain words.")],
+    agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
+    run_id: Annotated[str | None, typer.Option(help="Use this run id (default: a new ULID).")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Publish a task.submitted event and print its run id (handlers pick it up when running)."""
+    settings = _settings()
+
+    async def main() -> None:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            event = _task(text, agent, run_id)
+            appended = await log.append(event)
+        if json_:
+            print_json(console, {"run_id": event.run_id, "event_id": event.id, "seq": appended.seq,
+                                 "subject": appended.subject, "duplicate": appended.duplicate})
+        else:
+            console.print(f"published [bold]{event.type}[/] seq={appended.seq} run=[bold]{event.run_id}[/]")
+            if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
+                console.print("[dim]no `nanocrab up` is running: it will be handled when one starts[/]")
+
+    _run(main())
+
+
+@app.command()
+def run(
+    text: Annotated[str, typer.Argument(help="The task, in plain words.")],
+    agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 120.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Publish a task, show the run live, print the answer; exit 1 if the run fails.
+
+    Starts the runtime in this process when no `nanocrab up` serves the data directory."""
+    settings = _settings()
+    _setup(settings, "nanocrab-run")
+
+    async def main() -> int:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            host: Host | None = None
+            engine = engine_for(settings.db_url)
+            if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
+                host = Host(log, engine)
+                await host.start()
+            try:
+                return await _follow_run(log, _task(text, agent, None), timeout, json_)
+            finally:
+                if host:
+                    await host.stop()
+                await engine.dispose()
+
+    raise typer.Exit(_run(main()))
+
+
+async def _follow_run(log: EventLog, task: TaskSubmitted, timeout: float, json_: bool) -> int:
+    assert task.run_id is not None
+    await log.append(task)
+    seen: list[Stored] = []
+    outcome: RunCompleted | RunFailed | None = None
+
+    async def watch() -> None:
+        nonlocal outcome
+        async for s in read(log, log.subjects.run(task.run_id or ""), follow=True):
+            seen.append(s)
+            if json_:
+                print_json(console, stored_json(s))
+            else:
+                console.print(event_line(s))
+            if isinstance(s.event, RunCompleted | RunFailed):
+                outcome = s.event
+                return
+
+    try:
+        await asyncio.wait_for(watch(), timeout)
+    except TimeoutError:
+        err.print(f"[bold red]run {task.run_id} did not finish within {timeout:.0f}s[/]; "
+                  "is a handler running? try `nanocrab status`")
+        return 1
+    if json_:
+        return 0 if isinstance(outcome, RunCompleted) else 1
+    console.print()
+    console.print(timeline_table(task.run_id, seen))
+    if isinstance(outcome, RunCompleted):
+        console.print(f"\n[bold magenta]answer:[/] {outcome.reply}")
+        return 0
+    assert isinstance(outcome, RunFailed)
+    err.print(f"[bold red]run failed ({outcome.kind}):[/] {outcome.reason}")
+    return 1
+
+
+@app.command()
+def tail(
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="Type pattern: 'tool', 'run.*', 'llm.responded'.")] = None,
+    from_start: Annotated[bool, typer.Option("--all", help="Start at the beginning of the log.")] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Follow events as they are appended (Ctrl-C to stop)."""
+    settings = _settings()
+    if run_id and type_:
+        err.print("[red]use --run or --type, not both[/] (a NATS filter has one subject)")
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            try:
+                subject = (log.subjects.run(run_id) if run_id
+                           else log.subjects.of_type(type_) if type_ else log.subjects.log_all)
+            except ValueError as exc:
+                err.print(f"[red]{exc}[/]")
+                raise typer.Exit(2) from exc
+            window = Window() if from_start else Window(start_time=datetime.now(UTC))
+            async for s in read(log, subject, window, follow=True):
+                print_json(console, stored_json(s)) if json_ else console.print(event_line(s))
+
+    with contextlib.suppress(KeyboardInterrupt):
+        _run(main())
+
+
+@app.command()
+def replay(run_id: str, json_: JsonOpt = False) -> None:
+    """Show every event of a run from the log, with timings and causes."""
+    settings = _settings()
+
+    async def main() -> list[Stored]:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            return await read_run(log, run_id)
+
+    events = _run(main())
+    if not events:
+        err.print(f"[red]no events for run {run_id!r}[/]; list runs with `nanocrab tail --all --type run.started`")
+        raise typer.Exit(1)
+    if json_:
+        for s in events:
+            print_json(console, stored_json(s))
+    else:
+        console.print(timeline_table(run_id, events))
+
+
+@projections_app.command("rebuild")
+def projections_rebuild(
+    name: Annotated[str | None, typer.Argument(help="One projection (default: all).")] = None,
+) -> None:
+    """Drop a projection and rebuild it from sequence 0, with progress."""
+    settings = _settings()
+    chosen = [p for p in all_projections() if name in (None, p.name)]
+    if not chosen:
+        names = ", ".join(p.name for p in all_projections())
+        err.print(f"[red]no projection named {name!r}[/]; known: {names}")
+        raise typer.Exit(2)
+
+    async def main() -> None:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            engine = engine_for(settings.db_url)
+            try:
+                with Progress("[progress.description]{task.description}", BarColumn(),
+                              MofNCompleteColumn(), TimeRemainingColumn(), console=console) as bar:
+                    for projection in chosen:
+                        task = bar.add_task(projection.name, total=None)
+                        projector = Projector(log, engine, projection)
+
+                        def update(done: int, total: int, task: Any = task) -> None:
+                            bar.update(task, completed=done, total=total)
+
+                        applied = await projector.rebuild(update)
+                        bar.update(task, description=f"{projection.name} ({applied} events)")
+            finally:
+                await engine.dispose()
+
+    _run(main())
+
+
+@app.command()
+def status(json_: JsonOpt = False) -> None:
+    """Streams, handler consumers (pending, unacked, redelivered), projection lag, dead letters."""
+    settings = _settings()
+
+    async def main() -> dict[str, Any]:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            out: dict[str, Any] = {"streams": [], "consumers": [], "projections": []}
+            for name in (log.cfg.log_stream, log.cfg.ephemeral_stream):
+                info = await log.js.stream_info(name)
+                out["streams"].append({"name": name, "messages": info.state.messages,
+                                       "bytes": info.state.bytes, "last_seq": info.state.last_seq})
+            last = out["streams"][0]["last_seq"]
+            for c in await log.js.consumers_info(log.cfg.log_stream):
+                if not c.config.durable_name:
+                    continue
+                out["consumers"].append({
+                    "name": c.name, "pending": c.num_pending, "unacked": c.num_ack_pending,
+                    "redelivered": c.num_redelivered,
+                    "lag": last - (c.delivered.stream_seq or 0) if c.delivered else last,
+                })  # fmt: skip
+            engine = engine_for(settings.db_url)
+            try:
+                async with engine.connect() as conn:
+                    with contextlib.suppress(Exception):
+                        for row in (await conn.execute(select(checkpoints))).mappings():
+                            out["projections"].append({"name": row["name"], "position": row["stream_seq"],
+                                                       "behind": last - row["stream_seq"]})
+                    try:
+                        out["dead_letters"] = await conn.scalar(select(func.count()).select_from(dead_letters))
+                    except Exception:
+                        out["dead_letters"] = 0
+            finally:
+                await engine.dispose()
+            out["runtime_up"] = RuntimeMarker(settings.home).alive()
+            return out
+
+    out = _run(main())
+    if json_:
+        print_json(console, out)
+        return
+    t = Table(title="streams", title_justify="left")
+    for col in ("name", "messages", "bytes", "last seq"):
+        t.add_column(col)
+    for s in out["streams"]:
+        t.add_row(s["name"], str(s["messages"]), str(s["bytes"]), str(s["last_seq"]))
+    console.print(t)
+    c = Table(title="handler consumers", title_justify="left")
+    for col in ("name", "pending", "unacked", "redelivered", "lag"):
+        c.add_column(col)
+    for x in out["consumers"]:
+        c.add_row(x["name"], str(x["pending"]), str(x["unacked"]), str(x["redelivered"]), str(x["lag"]))
+    console.print(c)
+    p = Table(title="projections", title_justify="left")
+    for col in ("name", "position", "behind log end"):
+        p.add_column(col)
+    for x in out["projections"]:
+        p.add_row(x["name"], str(x["position"]), str(x["behind"]))
+    console.print(p)
+    dl = out["dead_letters"]
+    console.print(f"dead letters: [{'bold red' if dl else 'green'}]{dl}[/]"
+                  + ("  (see them with `nanocrab status --json` or the dead_letters table)" if dl else ""))
+    console.print(f"runtime (nanocrab up): {'[green]running[/]' if out['runtime_up'] else '[dim]not running[/]'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

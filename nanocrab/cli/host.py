@@ -1,0 +1,121 @@
+"""Wires a process: the server (embedded or external), the log, handlers and projectors."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nats.aio.client import Client as NATS
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import (
+    BusConfig,
+    EmbeddedServer,
+    EventLog,
+    HandlerRuntime,
+    Reactor,
+    RuntimeOptions,
+    connect,
+)
+from nanocrab.handlers.echo import EchoReactor
+from nanocrab.projections import Projection, Projector, all_projections, make_engine
+
+log = logging.getLogger(__name__)
+
+
+def default_reactors() -> list[Reactor]:
+    return [EchoReactor()]
+
+
+@contextlib.asynccontextmanager
+async def bus_session(
+    cfg: BusConfig, *, name: str = "nanocrab-cli", sync: str = "default"
+) -> AsyncIterator[tuple[EventLog, EmbeddedServer | None]]:
+    """Connect to ``cfg.url``, or to the data dir's embedded server (started if not running and
+    stopped on exit only if this session started it)."""
+    server: EmbeddedServer | None = None
+    url = cfg.url
+    if url is None:
+        server = EmbeddedServer(cfg.data_dir, sync_interval=sync)
+        url = await asyncio.to_thread(server.start)
+    nc: NATS | None = None
+    try:
+        nc = await connect(url, name=name)
+        yield await EventLog.open(nc, cfg), server
+    finally:
+        if nc is not None:
+            with contextlib.suppress(Exception):
+                await nc.drain()
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+@dataclass
+class Host:
+    """Runs reactors and projectors as tasks on one connection until ``stop()``."""
+
+    log: EventLog
+    engine: AsyncEngine
+    reactors: Sequence[Reactor] = field(default_factory=default_reactors)
+    projections: Sequence[Projection] = field(default_factory=all_projections)
+    options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    runtimes: list[HandlerRuntime] = field(default_factory=list, init=False)
+    projectors: list[Projector] = field(default_factory=list, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+
+    async def start(self) -> None:
+        self.runtimes = [HandlerRuntime(self.log, r, options=self.options) for r in self.reactors]
+        self.projectors = [Projector(self.log, self.engine, p) for p in self.projections]
+        for p in self.projectors:
+            await p.setup()
+        for rt in self.runtimes:
+            await rt.ensure_consumer()
+        self._tasks = [
+            *(asyncio.create_task(rt.run(), name=f"handler:{rt.durable}") for rt in self.runtimes),
+            *(asyncio.create_task(p.run(), name=f"projector:{p.name}") for p in self.projectors),
+        ]
+
+    async def stop(self) -> None:
+        for rt in self.runtimes:
+            rt.stop()
+        for p in self.projectors:
+            p.stop()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+
+class RuntimeMarker:
+    """``<home>/runtime.json`` says a ``nanocrab up`` (with handlers) is serving this data dir."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / "runtime.json"
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps({"pid": os.getpid()}))
+
+    def clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if json.loads(self.path.read_text()).get("pid") == os.getpid():
+                self.path.unlink()
+
+    def alive(self) -> bool:
+        try:
+            pid = int(json.loads(self.path.read_text())["pid"])
+            os.kill(pid, 0)
+        except (FileNotFoundError, ValueError, KeyError, ProcessLookupError, json.JSONDecodeError):
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def engine_for(db_url: str) -> AsyncEngine:
+    return make_engine(db_url)

@@ -1,0 +1,84 @@
+"""Rich rendering of events, timelines and status; JSON forms for machines."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nanocrab.bus import Stored
+from nanocrab.events import Codec
+from nanocrab.projections import summarize
+
+_COLORS = {
+    "task": "bold cyan", "run": "bold green", "reply": "bold magenta", "llm": "blue",
+    "tool": "yellow", "grant": "green", "approval": "bold yellow", "bus": "bold red",
+}  # fmt: skip
+_codec = Codec(max_bytes=1 << 30)
+
+
+def style_for(event_type: str) -> str:
+    return _COLORS.get(event_type.split(".", 1)[0], "white")
+
+
+def stored_json(s: Stored) -> dict[str, Any]:
+    """The CloudEvents form of a stored event plus its stream position (for ``--json``)."""
+    if s.event is None:
+        return {
+            "seq": s.seq,
+            "subject": s.subject,
+            "error": {"kind": s.error.kind.value if s.error else "unknown", "message": str(s.error)},
+        }
+    wire = msgspec.to_builtins(_codec.to_wire(s.event, subject=s.subject))
+    return {"seq": s.seq, **wire}
+
+
+def event_line(s: Stored) -> Text:
+    t = Text()
+    t.append(f"{s.seq:>7} ", style="dim")
+    if s.event is None:
+        t.append(f"undecodable on {s.subject}: {s.error}", style="bold red")
+        return t
+    e = s.event
+    t.append(e.time.strftime("%H:%M:%S.%f")[:-3] + " ", style="dim")
+    t.append(f"{e.type:<20} ", style=style_for(e.type))
+    t.append(f"{e.source:<10} ", style="cyan")
+    if e.run_id:
+        t.append(f"run={e.run_id[-8:]} ", style="dim")
+    t.append(summarize(e, 120))
+    return t
+
+
+def timeline_table(run_id: str, events: list[Stored]) -> Table:
+    table = Table(title=f"run {run_id}", title_justify="left", expand=False)
+    table.add_column("seq", justify="right", style="dim")
+    table.add_column("time", style="dim", no_wrap=True)
+    table.add_column("+ms", justify="right")
+    table.add_column("type", no_wrap=True)
+    table.add_column("source", style="cyan")
+    table.add_column("caused by", style="dim")
+    table.add_column("details", overflow="fold", max_width=60)
+    previous: datetime | None = None
+    ids = {s.event.id: s.seq for s in events if s.event}
+    for s in events:
+        if s.event is None:
+            table.add_row(str(s.seq), "", "", Text("undecodable", "bold red"), "", "", str(s.error))
+            continue
+        e = s.event
+        delta = "" if previous is None else f"{(e.time - previous).total_seconds() * 1000:.1f}"
+        previous = e.time
+        cause = f"#{ids[e.causation_id]}" if e.causation_id in ids else (e.causation_id or "")
+        table.add_row(
+            str(s.seq), e.time.strftime("%H:%M:%S.%f")[:-3], delta,
+            Text(e.type, style_for(e.type)), e.source, cause, summarize(e, 200),
+        )  # fmt: skip
+    return table
+
+
+def print_json(console: Console, value: Any) -> None:
+    console.file.write(msgspec.json.encode(value).decode() + "\n")
+    console.file.flush()

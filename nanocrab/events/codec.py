@@ -1,0 +1,178 @@
+"""CloudEvents 1.0 structured-mode JSON: the wire format and the public contract.
+
+Envelope fields map to CloudEvents attributes; everything else is ``data``::
+
+    {"specversion": "1.0", "id": "01J...", "type": "task.submitted", "source": "cli",
+     "subject": "run/01J...", "time": "2026-...Z", "datacontenttype": "application/json",
+     "tenant": "default", "runid": "01J...", "schemaversion": 2, "data": {"text": "..."}}
+
+Extension attribute names are lower-case alphanumerics, as CloudEvents requires; absent
+attributes are omitted, never ``null``. Unknown extension attributes are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from nanocrab.events.base import Event
+from nanocrab.events.errors import DecodeErrorKind, EventDecodeError, UpcastError
+from nanocrab.events.registry import DATA_STRUCTS, EVENT_TYPES, payload_fields
+from nanocrab.events.upcast import UpcasterRegistry, default_upcasters
+
+DEFAULT_MAX_EVENT_BYTES = 256 * 1024
+
+# envelope field name -> CloudEvents extension attribute name
+_EXTENSIONS: dict[str, str] = {
+    "tenant": "tenant",
+    "task_id": "taskid",
+    "run_id": "runid",
+    "step_id": "stepid",
+    "session_id": "sessionid",
+    "causation_id": "causationid",
+    "correlation_id": "correlationid",
+    "trace": "traceparent",
+}
+
+
+class _Wire(msgspec.Struct, kw_only=True):
+    specversion: str
+    id: str
+    type: str
+    source: str
+    time: datetime
+    datacontenttype: str = "application/json"
+    subject: str | None = None
+    tenant: str = "default"
+    taskid: str | None = None
+    runid: str | None = None
+    stepid: str | None = None
+    sessionid: str | None = None
+    causationid: str | None = None
+    correlationid: str | None = None
+    traceparent: str | None = None
+    schemaversion: int = 1
+    data: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+_wire_decoder = msgspec.json.Decoder(_Wire)
+_encoder = msgspec.json.Encoder()
+_PAYLOAD_FIELDS = {name: payload_fields(cls) for name, cls in EVENT_TYPES.items()}
+
+
+class Codec:
+    """Encodes events to CloudEvents JSON bytes and decodes them back, strictly.
+
+    ``decode`` raises :class:`EventDecodeError` whose ``kind`` is one of
+    :class:`DecodeErrorKind`; it never returns a partially valid event. Payloads larger than
+    ``max_bytes`` are refused in both directions, so an oversized event can neither be written
+    by this code nor processed by it.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        upcasters: UpcasterRegistry = default_upcasters,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self._upcasters = upcasters
+
+    def to_wire(self, event: Event, *, subject: str | None = None) -> dict[str, Any]:
+        """The CloudEvents attribute dict for ``event`` (``data`` still holding Python values)."""
+        wire: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": event.id,
+            "type": event.type,
+            "source": event.source,
+            "time": event.time,
+            "datacontenttype": "application/json",
+        }
+        if subject is not None:
+            wire["subject"] = subject
+        for field, attr in _EXTENSIONS.items():
+            value = getattr(event, field)
+            if value is not None:
+                wire[attr] = value
+        wire["schemaversion"] = event.schema_version
+        wire["data"] = {f: getattr(event, f) for f in _PAYLOAD_FIELDS[event.type]}
+        return wire
+
+    def encode(self, event: Event, *, subject: str | None = None) -> bytes:
+        raw = _encoder.encode(self.to_wire(event, subject=subject))
+        if len(raw) > self.max_bytes:
+            raise EventDecodeError(
+                DecodeErrorKind.OVERSIZED,
+                f"{event.type} {event.id} encodes to {len(raw)} bytes, over the "
+                f"{self.max_bytes}-byte limit; store large payloads as artifacts",
+            )
+        return raw
+
+    def decode(self, raw: bytes | bytearray | memoryview) -> Event:
+        if len(raw) > self.max_bytes:
+            raise EventDecodeError(
+                DecodeErrorKind.OVERSIZED, f"{len(raw)} bytes, over the {self.max_bytes}-byte limit"
+            )
+        try:
+            wire = _wire_decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise EventDecodeError(DecodeErrorKind.INVALID, f"envelope: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise EventDecodeError(DecodeErrorKind.MALFORMED, str(exc)) from exc
+        if wire.specversion != "1.0":
+            raise EventDecodeError(
+                DecodeErrorKind.INVALID, f"specversion {wire.specversion!r}, expected '1.0'"
+            )
+        if not wire.id or not wire.source:
+            raise EventDecodeError(DecodeErrorKind.INVALID, "id and source must be non-empty")
+        if wire.time.tzinfo is None:
+            raise EventDecodeError(DecodeErrorKind.INVALID, "time must carry a UTC offset")
+        if wire.datacontenttype != "application/json":
+            raise EventDecodeError(
+                DecodeErrorKind.INVALID, f"datacontenttype {wire.datacontenttype!r} not supported"
+            )
+        cls = EVENT_TYPES.get(wire.type)
+        if cls is None:
+            raise EventDecodeError(DecodeErrorKind.UNKNOWN_TYPE, f"unknown event type {wire.type!r}")
+        data_type = DATA_STRUCTS[wire.type]
+        try:
+            if wire.schemaversion == cls.schema_version:
+                data = msgspec.json.decode(wire.data, type=data_type)
+            elif wire.schemaversion < cls.schema_version and wire.schemaversion >= 1:
+                old = msgspec.json.decode(wire.data, type=dict[str, Any])
+                new = self._upcasters.upcast(
+                    wire.type, old, from_version=wire.schemaversion, to_version=cls.schema_version
+                )
+                data = msgspec.convert(new, type=data_type)
+            else:
+                raise EventDecodeError(
+                    DecodeErrorKind.UNSUPPORTED_VERSION,
+                    f"{wire.type} schema v{wire.schemaversion}; this code knows "
+                    f"v1..v{cls.schema_version}",
+                )
+        except msgspec.ValidationError as exc:
+            raise EventDecodeError(DecodeErrorKind.INVALID, f"{wire.type} data: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise EventDecodeError(DecodeErrorKind.MALFORMED, f"{wire.type} data: {exc}") from exc
+        except (UpcastError, KeyError, TypeError, ValueError) as exc:
+            raise EventDecodeError(
+                DecodeErrorKind.UNSUPPORTED_VERSION,
+                f"{wire.type} v{wire.schemaversion} could not be upcast: {exc!r}",
+            ) from exc
+        payload = {f: getattr(data, f) for f in data.__struct_fields__}
+        return cls(
+            id=wire.id,
+            time=wire.time,
+            source=wire.source,
+            tenant=wire.tenant,
+            task_id=wire.taskid,
+            run_id=wire.runid,
+            step_id=wire.stepid,
+            session_id=wire.sessionid,
+            causation_id=wire.causationid,
+            correlation_id=wire.correlationid,
+            trace=wire.traceparent,
+            **payload,
+        )

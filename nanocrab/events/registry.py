@@ -1,0 +1,104 @@
+"""The closed vocabulary: every concrete event type, by its type string."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from nanocrab.events.base import ENVELOPE_FIELDS, Event
+from nanocrab.events.llm import ContextCompacted, LlmDelta, LlmFailed, LlmRequested, LlmResponded
+from nanocrab.events.runs import (
+    GuardrailEvaluated,
+    MessageQueued,
+    PlanCreated,
+    ReplySent,
+    RouteDecided,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    StepCompleted,
+    StepStarted,
+    SubagentCompleted,
+    SubagentSpawned,
+    TaskSubmitted,
+)
+from nanocrab.events.security import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
+    GrantDenied,
+    GrantIssued,
+    GrantRevoked,
+)
+from nanocrab.events.system import (
+    BusDeadLettered,
+    BusMalformed,
+    MemoryConsolidated,
+    ReloadFailed,
+    SkillActivated,
+    SkillPublished,
+    SkillRolledBack,
+)
+from nanocrab.events.tools import (
+    CapabilityDisabled,
+    CapabilityEnabled,
+    CapabilityGenerated,
+    CapabilityRegistered,
+    CapabilityRemoved,
+    CapabilityRequested,
+    CapabilityTested,
+    ToolCompleted,
+    ToolOutput,
+    ToolRequested,
+    ToolSkipped,
+    ToolStarted,
+)
+
+AnyEvent = (
+    TaskSubmitted | RunStarted | RunCompleted | RunFailed | RunCancelled
+    | RouteDecided | GuardrailEvaluated | PlanCreated | StepStarted | StepCompleted
+    | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
+    | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
+    | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
+    | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved
+    | GrantIssued | GrantDenied | GrantRevoked
+    | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
+    | MessageQueued | SubagentSpawned | SubagentCompleted
+    | SkillPublished | SkillActivated | SkillRolledBack
+    | ReloadFailed | MemoryConsolidated | ReplySent
+    | BusMalformed | BusDeadLettered
+)  # fmt: skip
+"""The tagged union of every event type; decode targets and exhaustive matches use it."""
+
+EVENT_TYPES: Final[dict[str, type[Event]]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+}
+
+
+def payload_fields(cls: type[Event]) -> tuple[str, ...]:
+    """The names of ``cls``'s ``data`` fields (everything that is not envelope)."""
+    return tuple(f for f in cls.__struct_fields__ if f not in ENVELOPE_FIELDS)
+
+
+def _data_struct(cls: type[Event]) -> type[msgspec.Struct]:
+    fields: list[tuple[str, object] | tuple[str, object, object]] = []
+    for f in msgspec.structs.fields(cls):
+        if f.name in ENVELOPE_FIELDS:
+            continue
+        if f.default_factory is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, msgspec.field(default_factory=f.default_factory)))
+        elif f.default is not msgspec.NODEFAULT:
+            fields.append((f.name, f.type, f.default))
+        else:
+            fields.append((f.name, f.type))
+    return msgspec.defstruct(f"{cls.__name__}Data", fields, frozen=True, kw_only=True)
+
+
+DATA_STRUCTS: Final[dict[str, type[msgspec.Struct]]] = {
+    name: _data_struct(cls) for name, cls in EVENT_TYPES.items()
+}
+"""Per type, a struct of just its ``data`` fields: decoding validates ``data`` in one pass."""

@@ -1,0 +1,95 @@
+"""Task, run, routing, guardrail, plan, step, message, subagent and reply events."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from nanocrab.events.base import Event
+
+
+class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
+    """A user goal entered the system. The run id is chosen by the submitter (first run).
+
+    v2 renamed v1's ``prompt`` to ``text`` and added ``agent``; see ``upcast.py``.
+    """
+
+    schema_version: ClassVar[int] = 2
+
+    text: str
+    agent: str = "default"
+    parent_run_id: str | None = None
+
+
+class RunStarted(Event, frozen=True, tag="run.started"):
+    agent: str = "default"
+    parent_run_id: str | None = None
+    max_steps: int | None = None
+
+
+class RunCompleted(Event, frozen=True, tag="run.completed"):
+    reply: str
+    steps: int = 0
+
+
+class RunFailed(Event, frozen=True, tag="run.failed"):
+    kind: Literal["llm", "tool", "timeout", "max_steps", "internal"]
+    reason: str
+
+
+class RunCancelled(Event, frozen=True, tag="run.cancelled"):
+    reason: str = ""
+    by: str = ""
+
+
+class RouteDecided(Event, frozen=True, tag="route.decided"):
+    agent: str
+    skills: list[str] = []
+    confidence: float = 1.0
+    fallback: bool = False
+
+
+class GuardrailEvaluated(Event, frozen=True, tag="guardrail.evaluated"):
+    stage: Literal["pre", "post", "tool_output"]
+    verdict: Literal["continue", "reject", "short_circuit"]
+    rules: list[str] = []
+    reason: str = ""
+    redactions: int = 0
+
+
+class PlanCreated(Event, frozen=True, tag="plan.created"):
+    steps: list[str]
+
+
+class StepStarted(Event, frozen=True, tag="step.started"):
+    index: int
+
+
+class StepCompleted(Event, frozen=True, tag="step.completed"):
+    index: int
+    action: Literal["respond", "tool_call", "finish"]
+
+
+class MessageQueued(Event, frozen=True, tag="message.queued"):
+    """A user message for a live run: ``steer`` interrupts after the current tool call,
+    ``follow_up`` starts a new turn after the current one ends."""
+
+    mode: Literal["steer", "follow_up"]
+    text: str
+
+
+class SubagentSpawned(Event, frozen=True, tag="subagent.spawned"):
+    child_run_id: str
+    task: str
+    tools: list[str] = []
+    skills: list[str] = []
+    call_id: str | None = None
+
+
+class SubagentCompleted(Event, frozen=True, tag="subagent.completed"):
+    child_run_id: str
+    result: str
+    is_error: bool = False
+
+
+class ReplySent(Event, frozen=True, tag="reply.sent"):
+    text: str

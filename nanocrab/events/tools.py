@@ -1,0 +1,87 @@
+"""Tool calls and AI-generated capabilities."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from nanocrab.events.base import Event, SubjectKind
+from nanocrab.events.values import ArtifactRef, Capability, ContentBlock
+
+
+class ToolRequested(Event, frozen=True, tag="tool.requested"):
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    capabilities: list[Capability] = []
+
+
+class ToolStarted(Event, frozen=True, tag="tool.started"):
+    call_id: str
+    tool: str
+    invocation_id: str
+    grant_id: str | None = None
+
+
+class ToolOutput(Event, frozen=True, tag="tool.output"):
+    ephemeral: ClassVar[bool] = True
+
+    call_id: str
+    stream: Literal["stdout", "stderr"]
+    chunk: str
+
+
+class ToolCompleted(Event, frozen=True, tag="tool.completed"):
+    call_id: str
+    tool: str
+    is_error: bool = False
+    content: list[ContentBlock] = []
+    error_kind: str | None = None  # typed reason when is_error: denied, timeout, aborted, ...
+    artifacts: list[ArtifactRef] = []
+    duration_ms: float = 0.0
+
+
+class ToolSkipped(Event, frozen=True, tag="tool.skipped"):
+    call_id: str
+    tool: str
+    reason: Literal["steered", "cancelled", "max_steps"]
+
+
+class _CapabilityEvent(Event, frozen=True):
+    subject_kind: ClassVar[SubjectKind] = "capability"
+
+    name: str
+
+    def subject_id(self) -> str:
+        return self.name
+
+
+class CapabilityRequested(_CapabilityEvent, frozen=True, tag="capability.requested"):
+    guidance: str
+
+
+class CapabilityGenerated(_CapabilityEvent, frozen=True, tag="capability.generated"):
+    version: str
+    code: ArtifactRef
+
+
+class CapabilityTested(_CapabilityEvent, frozen=True, tag="capability.tested"):
+    version: str
+    passed: bool
+    report: str = ""
+
+
+class CapabilityRegistered(_CapabilityEvent, frozen=True, tag="capability.registered"):
+    version: str
+
+
+class CapabilityEnabled(_CapabilityEvent, frozen=True, tag="capability.enabled"):
+    version: str
+
+
+class CapabilityDisabled(_CapabilityEvent, frozen=True, tag="capability.disabled"):
+    version: str
+    reason: str = ""
+
+
+class CapabilityRemoved(_CapabilityEvent, frozen=True, tag="capability.removed"):
+    reason: str = ""

@@ -1,0 +1,1 @@
+"""Reactors: each consumes some event types and returns the events it emits."""

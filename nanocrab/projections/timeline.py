@@ -1,0 +1,122 @@
+"""Run timeline: every event of every run, with what it was, who emitted it and why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from nanocrab.bus import Stored, Subjects
+from nanocrab.events import (
+    Event,
+    LlmFailed,
+    LlmResponded,
+    ReplySent,
+    RunCompleted,
+    RunFailed,
+    TaskSubmitted,
+    ToolCompleted,
+    ToolRequested,
+)
+from nanocrab.projections.db import metadata
+
+run_timeline = Table(
+    "run_timeline",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("run_id", String(128), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("source", String(128), nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("causation_id", String(64)),
+    Column("step_id", String(128)),
+    Column("summary", String(300), nullable=False, default=""),
+    Index("ix_run_timeline_run", "run_id", "seq"),
+)
+
+
+def summarize(event: Event, limit: int = 300) -> str:
+    """One readable line for a timeline row."""
+    match event:
+        case TaskSubmitted(text=t) | ReplySent(text=t):
+            text = t
+        case RunCompleted(reply=r):
+            text = r
+        case RunFailed(kind=k, reason=r):
+            text = f"{k}: {r}"
+        case LlmResponded(model=m, usage=u, stop_reason=s):
+            text = f"{m} {s} in={u.input_tokens} out={u.output_tokens}"
+        case LlmFailed(kind=k, message=m):
+            text = f"{k}: {m}"
+        case ToolRequested(tool=tool, call_id=c):
+            text = f"{tool} ({c})"
+        case ToolCompleted(tool=tool, is_error=e, duration_ms=d):
+            text = f"{tool} {'error' if e else 'ok'} {d:.0f}ms"
+        case _:
+            text = ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RunTimelineProjection:
+    name = "run_timeline"
+    tables = (run_timeline,)
+
+    def subject_filter(self, subjects: Subjects) -> str:
+        return f"{subjects.root}.*.run.>"
+
+    async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
+        rows = [
+            {
+                "seq": s.seq,
+                "event_id": s.event.id,
+                "run_id": s.event.run_id or "-",
+                "tenant": s.event.tenant,
+                "type": s.event.type,
+                "source": s.event.source,
+                "time": s.event.time,
+                "causation_id": s.event.causation_id,
+                "step_id": s.event.step_id,
+                "summary": summarize(s.event),
+            }
+            for s in batch
+            if s.event is not None
+        ]
+        if rows:
+            await conn.execute(insert(run_timeline), rows)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    seq: int
+    time: datetime
+    type: str
+    source: str
+    causation_id: str | None
+    step_id: str | None
+    summary: str
+    since_previous_ms: float | None
+
+
+async def run_timeline_rows(engine: AsyncEngine, run_id: str) -> list[TimelineRow]:
+    """The projected timeline of one run, with the time elapsed since the previous event."""
+    async with engine.connect() as conn:
+        result = await conn.execute(
+            select(run_timeline).where(run_timeline.c.run_id == run_id).order_by(run_timeline.c.seq)
+        )
+        rows = result.mappings().all()
+    out: list[TimelineRow] = []
+    previous: datetime | None = None
+    for r in rows:
+        t = r["time"]
+        delta = None if previous is None else (t - previous).total_seconds() * 1000
+        previous = t
+        out.append(
+            TimelineRow(r["seq"], t, r["type"], r["source"], r["causation_id"], r["step_id"],
+                        r["summary"], delta)
+        )
+    return out

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
@@ -108,9 +109,13 @@ class EventLog:
             ack = await self.js.publish(subject, payload, headers=headers)
         except APIError as exc:
             if exc.err_code in _CONFLICT_CODES and expect is not None:
-                raise AppendConflict(expect.scope or subject, expect.seq, str(exc)) from exc
+                scope = expect.scope or subject
+                earlier = await self._find_by_id(event.id, scope, after=expect.seq)
+                if earlier is not None:
+                    return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
+                raise AppendConflict(scope, expect.seq, str(exc)) from exc
             raise AppendRejected(f"{event.type} {event.id} refused: {exc}") from exc
-        except TimeoutError as exc:
+        except (TimeoutError, nats.errors.Error) as exc:
             raise BusError(f"no acknowledgement for {event.type} {event.id}: {exc!r}") from exc
         return Appended(event.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
 
@@ -123,10 +128,13 @@ class EventLog:
         if not events:
             return []
         prepared = [self.prepare(e) for e in events]
-        futures = [
-            await self.js.publish_async(subject, payload, headers=headers)
-            for _, subject, payload, headers in prepared
-        ]
+        try:
+            futures = [
+                await self.js.publish_async(subject, payload, headers=headers)
+                for _, subject, payload, headers in prepared
+            ]
+        except nats.errors.Error as exc:
+            raise BusError(f"batch of {len(events)} could not be sent: {exc!r}") from exc
         try:
             acks = await asyncio.wait_for(
                 asyncio.gather(*futures), timeout=self.cfg.append_timeout_s
@@ -137,10 +145,32 @@ class EventLog:
             raise BusError(f"batch of {len(events)} not acknowledged in time") from exc
         except APIError as exc:
             raise AppendRejected(f"batch append refused: {exc}") from exc
+        except nats.errors.Error as exc:
+            raise BusError(f"batch of {len(events)} failed: {exc!r}") from exc
         return [
             Appended(ev.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
             for (ev, subject, _, _), ack in zip(prepared, acks, strict=True)
         ]
+
+    async def _find_by_id(self, event_id: str, scope: str, *, after: int, limit: int = 256) -> int | None:
+        """The sequence of ``event_id`` if it is already stored on ``scope`` after ``after``.
+
+        nats-server 2.15 checks the expected sequence *before* the duplicate window, so a retried
+        append whose first attempt landed (ack lost) comes back as a conflict; this tells that case
+        apart from a real one by looking at what was appended since.
+        """
+        seq = after + 1
+        for _ in range(limit):
+            try:
+                msg = await self.js.get_msg(
+                    self.cfg.log_stream, seq=seq, subject=scope, next=True, direct=True
+                )
+            except NotFoundError:
+                return None
+            if (msg.headers or {}).get(H_MSG_ID) == event_id:
+                return int(msg.seq or seq)
+            seq = int(msg.seq or seq) + 1
+        return None
 
     async def last_seq(self, scope: str) -> int:
         """The sequence of the newest event on ``scope`` (wildcards allowed), 0 when none."""

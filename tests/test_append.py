@@ -1,0 +1,90 @@
+"""Appends: idempotency by event id, optimistic concurrency, batches, the ephemeral stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from nanocrab.bus import AppendConflict, EventLog, Expect, read
+from nanocrab.bus.log import H_MSG_ID
+from nanocrab.events import LlmDelta, ReplySent, RunStarted, TaskSubmitted
+
+
+async def stream_messages(log: EventLog, stream: str | None = None) -> int:
+    info = await log.js.stream_info(stream or log.cfg.log_stream)
+    return int(info.state.messages)
+
+
+async def test_same_event_twice_is_stored_once_and_reported_as_duplicate(log: EventLog) -> None:
+    event = TaskSubmitted(text="hello", run_id="r1")
+    first = await log.append(event)
+    second = await log.append(event)
+    assert not first.duplicate and second.duplicate
+    assert second.seq == first.seq
+    assert await stream_messages(log) == 1
+    raw = await log.get(first.seq)
+    assert raw.headers[H_MSG_ID] == event.id
+    assert raw.headers["traceparent"].startswith("00-")
+
+
+async def test_duplicate_inside_a_batch_is_stored_once(log: EventLog) -> None:
+    event = ReplySent(text="x", run_id="r1")
+    results = await log.append_batch([event, RunStarted(run_id="r1"), event])
+    assert [r.duplicate for r in results] == [False, False, True]
+    assert await stream_messages(log) == 2
+
+
+async def test_expected_sequence_conflict_raises_and_stores_nothing(log: EventLog) -> None:
+    await log.append(TaskSubmitted(text="a", run_id="r1"))
+    with pytest.raises(AppendConflict) as info:
+        await log.append(TaskSubmitted(text="b", run_id="r1"), expect=Expect(0))
+    assert info.value.expected == 0
+    assert await stream_messages(log) == 1
+
+
+async def test_run_wildcard_expectation_sees_every_subject_of_the_run(log: EventLog) -> None:
+    scope = log.subjects.run("r1")
+    a = await log.append(TaskSubmitted(text="a", run_id="r1"))
+    await log.append(TaskSubmitted(text="other run", run_id="r2"))
+    assert await log.last_seq(scope) == a.seq
+    # run.started is on a different subject than task.submitted: only the wildcard check sees it
+    ok = await log.append(RunStarted(run_id="r1"), expect=Expect(a.seq, scope))
+    with pytest.raises(AppendConflict):
+        await log.append(ReplySent(text="late", run_id="r1"), expect=Expect(a.seq, scope))
+    assert await log.last_seq(scope) == ok.seq
+    assert await stream_messages(log) == 3
+    assert await log.last_seq(log.subjects.run("nope")) == 0
+
+
+async def test_a_retried_append_inside_the_window_is_a_duplicate_not_a_conflict(log: EventLog) -> None:
+    scope = log.subjects.run("r1")
+    event = RunStarted(run_id="r1")
+    first = await log.append(event, expect=Expect(0, scope))
+    again = await log.append(event, expect=Expect(0, scope))
+    assert again.duplicate and again.seq == first.seq
+
+
+async def test_batch_append_keeps_order(log: EventLog) -> None:
+    events = [ReplySent(text=str(i), run_id="r1") for i in range(200)]
+    results = await log.append_batch(events)
+    assert [r.seq for r in results] == list(range(1, 201))
+    texts = [s.event.text async for s in read(log, log.subjects.run("r1"))]  # type: ignore[union-attr]
+    assert texts == [str(i) for i in range(200)]
+
+
+async def test_ephemeral_events_go_to_the_ttl_stream(log: EventLog) -> None:
+    appended = await log.append(LlmDelta(index=0, text="tok", run_id="r1"))
+    assert appended.stream == log.cfg.ephemeral_stream
+    assert appended.subject.startswith(f"{log.cfg.ephemeral_root}.")
+    raw = await log.get(appended.seq, stream=log.cfg.ephemeral_stream)
+    assert raw.headers["Nats-TTL"] == "3600s"
+    assert await stream_messages(log) == 0
+
+
+async def test_log_stream_denies_delete_and_purge(log: EventLog) -> None:
+    await log.append(TaskSubmitted(text="keep me", run_id="r1"))
+    info = await log.js.stream_info(log.cfg.log_stream)
+    assert info.config.deny_delete and info.config.deny_purge
+    assert info.config.duplicate_window >= 120
+    with pytest.raises(Exception, match="(?i)purge|delete|denied|not permitted"):
+        await log.js.purge_stream(log.cfg.log_stream)
+    assert await stream_messages(log) == 1

@@ -47,7 +47,9 @@ async def connect(url: str, *, name: str = "nanocrab", user: str | None = None,
         log.debug("nats %s: %r", name, exc)
 
     try:
-        nc = await nats.connect(
+        # The deadline bounds the *first* connection: with unlimited reconnects nats-py would
+        # otherwise retry an unreachable URL forever instead of telling the user.
+        nc = await asyncio.wait_for(nats.connect(
             url,
             name=name,
             user=user,
@@ -59,7 +61,7 @@ async def connect(url: str, *, name: str = "nanocrab", user: str | None = None,
             error_cb=error_cb,
             disconnected_cb=reconnects.on_disconnect,
             reconnected_cb=reconnects.on_reconnect,
-        )
+        ), timeout=connect_timeout * 2)
     except (OSError, nats.errors.NoServersError, TimeoutError) as exc:
         raise BusError(
             f"cannot connect to NATS at {url}: {exc!r}; is the server running? "

@@ -98,7 +98,7 @@ async def messages(
     try:
         if not follow:
             info = await sub.consumer_info()
-            if info.num_pending == 0 and info.delivered.stream_seq == 0 and queue.empty():
+            if info.num_pending == 0 and info.delivered.consumer_seq == 0 and queue.empty():
                 # Nothing matches the filter from the start point; do not wait for delivery.
                 await asyncio.sleep(0)
                 if queue.empty():

@@ -1,0 +1,3 @@
+from nanocrab.cli import main
+
+main()

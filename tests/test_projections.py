@@ -1,0 +1,144 @@
+"""Projection contract, run on SQLite and on PostgreSQL (when reachable)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from nanocrab.bus import EventLog, Stored, Subjects
+from nanocrab.events import BusMalformed, ReplySent, RunCompleted, RunStarted, TaskSubmitted
+from nanocrab.projections import (
+    DeadLettersProjection,
+    Projector,
+    RunTimelineProjection,
+    checkpoints,
+    list_dead_letters,
+    run_timeline,
+    run_timeline_rows,
+)
+
+from .conftest import eventually
+
+
+async def seed(log: EventLog, runs: int) -> int:
+    events = []
+    for r in range(runs):
+        rid = f"run{r:04d}"
+        task = TaskSubmitted(text=f"task {r}", run_id=rid)
+        events += [task, RunStarted(run_id=rid, causation_id=task.id), ReplySent(text="hi", run_id=rid),
+                   RunCompleted(reply="hi", steps=1, run_id=rid)]
+    for i in range(0, len(events), 500):
+        await log.append_batch(events[i : i + 500])
+    return len(events)
+
+
+async def rows(engine: AsyncEngine) -> list[tuple]:  # type: ignore[type-arg]
+    async with engine.connect() as conn:
+        result = await conn.execute(select(run_timeline).order_by(run_timeline.c.seq))
+        return [tuple(r) for r in result]
+
+
+async def count(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return int(await conn.scalar(select(func.count()).select_from(run_timeline)) or 0)
+
+
+async def test_catch_up_projects_every_run_event_with_its_checkpoint(log: EventLog, engine: AsyncEngine) -> None:
+    total = await seed(log, 30)
+    projector = Projector(log, engine, RunTimelineProjection(), batch_size=37)
+    seen: list[tuple[int, int]] = []
+    applied = await projector.catch_up(lambda done, of: seen.append((done, of)))
+    assert applied == total == await count(engine)
+    assert seen[-1] == (total, total)
+    assert await projector.checkpoint() == total
+    assert await projector.catch_up() == 0, "a second catch-up applies nothing"
+    timeline = await run_timeline_rows(engine, "run0003")
+    assert [r.type for r in timeline] == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+    assert timeline[0].summary == "task 3" and timeline[0].since_previous_ms is None
+    assert all(r.since_previous_ms is not None and r.since_previous_ms >= 0 for r in timeline[1:])
+    assert timeline[1].causation_id is not None
+
+
+class CrashAfter:
+    """Wraps a projection; raises inside ``apply`` once, after writing part of a batch."""
+
+    def __init__(self, inner: RunTimelineProjection, crash_at_seq: int) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.tables = inner.tables
+        self.crash_at_seq = crash_at_seq
+        self.crashed = False
+
+    def subject_filter(self, subjects: Subjects) -> str:
+        return self.inner.subject_filter(subjects)
+
+    async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
+        if not self.crashed and any(s.seq >= self.crash_at_seq for s in batch):
+            await self.inner.apply(conn, [s for s in batch if s.seq < self.crash_at_seq])
+            self.crashed = True
+            raise RuntimeError("projector crashed mid-batch")
+        await self.inner.apply(conn, batch)
+
+
+async def test_projector_crashed_mid_batch_resumes_exactly_once(log: EventLog, engine: AsyncEngine) -> None:
+    total = await seed(log, 25)
+    flaky = CrashAfter(RunTimelineProjection(), crash_at_seq=60)
+    projector = Projector(log, engine, flaky, batch_size=40)
+    with pytest.raises(RuntimeError, match="mid-batch"):
+        await projector.catch_up()
+    assert await projector.checkpoint() == 40, "the crashed batch rolled back entirely"
+    assert await count(engine) == 40
+    restarted = Projector(log, engine, flaky, batch_size=40)
+    await restarted.catch_up()
+    assert await count(engine) == total
+    seqs = [r[0] for r in await rows(engine)]
+    assert seqs == list(range(1, total + 1)), "every event exactly once"
+
+
+async def test_rebuilt_projection_equals_the_incremental_one(log: EventLog, engine: AsyncEngine) -> None:
+    await seed(log, 10)
+    projector = Projector(log, engine, RunTimelineProjection())
+    task = asyncio.create_task(projector.run())
+    try:
+        for _ in range(5):
+            await seed(log, 3)
+            await asyncio.sleep(0.05)
+        last = await log.stream_last_seq()
+        await eventually(lambda: asyncio.sleep(0, projector.position == last))
+    finally:
+        projector.stop()
+        await asyncio.wait_for(task, 10)
+    incremental = await rows(engine)
+    assert len(incremental) == last
+    rebuilt = await Projector(log, engine, RunTimelineProjection(), batch_size=64).rebuild()
+    assert rebuilt == last
+    assert await rows(engine) == incremental
+
+
+async def test_redelivered_batches_are_no_ops(log: EventLog, engine: AsyncEngine) -> None:
+    await seed(log, 5)
+    projector = Projector(log, engine, RunTimelineProjection())
+    await projector.catch_up()
+    from nanocrab.bus import read
+
+    again = [s async for s in read(log, f"{log.cfg.root}.*.run.>")]
+    assert await projector.apply_batch(again) == 0
+    assert await count(engine) == 20
+    async with engine.connect() as conn:
+        (pos,) = (await conn.execute(select(checkpoints.c.stream_seq))).one()
+    assert pos == 20
+
+
+async def test_dead_letters_projection(log: EventLog, engine: AsyncEngine) -> None:
+    await log.append(BusMalformed(handler="echo", stream=log.cfg.log_stream, stream_seq=7,
+                                  subject="x.y", reason_kind="malformed", reason="bad json",
+                                  preview="{", source="echo"))
+    await seed(log, 2)  # other events are not dead letters
+    projector = Projector(log, engine, DeadLettersProjection())
+    assert await projector.catch_up() == 1
+    (row,) = await list_dead_letters(engine)
+    assert (row["handler"], row["stream_seq"], row["reason_kind"]) == ("echo", 7, "malformed")

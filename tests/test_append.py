@@ -55,7 +55,9 @@ async def test_run_wildcard_expectation_sees_every_subject_of_the_run(log: Event
     assert await log.last_seq(log.subjects.run("nope")) == 0
 
 
-async def test_a_retried_append_inside_the_window_is_a_duplicate_not_a_conflict(log: EventLog) -> None:
+async def test_a_retried_append_inside_the_window_is_a_duplicate_not_a_conflict(
+    log: EventLog,
+) -> None:
     scope = log.subjects.run("r1")
     event = RunStarted(run_id="r1")
     first = await log.append(event, expect=Expect(0, scope))
@@ -85,6 +87,6 @@ async def test_log_stream_denies_delete_and_purge(log: EventLog) -> None:
     info = await log.js.stream_info(log.cfg.log_stream)
     assert info.config.deny_delete and info.config.deny_purge
     assert info.config.duplicate_window >= 120
-    with pytest.raises(Exception, match="(?i)purge|delete|denied|not permitted"):
+    with pytest.raises(Exception, match=r"(?i)purge|delete|denied|not permitted"):
         await log.js.purge_stream(log.cfg.log_stream)
     assert await stream_messages(log) == 1

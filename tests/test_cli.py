@@ -13,11 +13,20 @@ import pytest
 NANOCRAB = [sys.executable, "-m", "nanocrab"]
 
 
-def cli(home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def cli(
+    home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
     base.update({"NANOCRAB_HOME": str(home), "COLUMNS": "160", **(env or {})})
-    return subprocess.run([*NANOCRAB, *args], cwd=home.parent, env=base, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [*NANOCRAB, *args],
+        cwd=home.parent,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture

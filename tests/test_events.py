@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import typing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,15 +54,23 @@ def sample(tp: Any) -> Any:
     if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
         return sample(typing.get_args(tp)[0])
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return tp(**{f.name: sample(f.type) for f in msgspec.structs.fields(tp)
-                     if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT})
+        return tp(
+            **{
+                f.name: sample(f.type)
+                for f in msgspec.structs.fields(tp)
+                if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT
+            }
+        )
     raise TypeError(tp)
 
 
 def build(cls: type[Event]) -> Event:
     hints = typing.get_type_hints(cls)
-    required = {f.name: sample(hints[f.name]) for f in msgspec.structs.fields(cls)
-                if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT}
+    required = {
+        f.name: sample(hints[f.name])
+        for f in msgspec.structs.fields(cls)
+        if f.default is msgspec.NODEFAULT and f.default_factory is msgspec.NODEFAULT
+    }
     return cls(run_id="r1", session_id="s1", **required)
 
 
@@ -91,8 +100,10 @@ def test_every_type_has_a_family_dot_name_tag_and_a_six_token_subject() -> None:
 
 
 def test_ids_sort_by_time_and_derived_ids_are_deterministic() -> None:
-    a, b = new_event_id(), new_event_id()
-    assert len(a) == 26 and a < b or a[:10] == b[:10]
+    a = new_event_id()
+    time.sleep(0.002)
+    b = new_event_id()
+    assert len(a) == len(b) == 26 and a < b
     cause = new_event_id()
     first = derive_event_id("echo", cause, 0)
     assert first == derive_event_id("echo", cause, 0)
@@ -170,10 +181,15 @@ def test_a_gap_in_the_upcaster_chain_is_a_clear_error() -> None:
 
 def test_nested_content_blocks_keep_their_types() -> None:
     event = LlmResponded(
-        provider="anthropic", model="m", stop_reason="tool_use", usage=Usage(input_tokens=3),
+        provider="anthropic",
+        model="m",
+        stop_reason="tool_use",
+        usage=Usage(input_tokens=3),
         content=[TextBlock("thinking"), ToolUseBlock("t1", "read", {"path": "a.txt"})],
     )
     decoded = Codec().decode(Codec().encode(event))
     assert isinstance(decoded, LlmResponded)
-    assert isinstance(decoded.content[1], ToolUseBlock) and decoded.content[1].input == {"path": "a.txt"}
+    assert isinstance(decoded.content[1], ToolUseBlock) and decoded.content[1].input == {
+        "path": "a.txt"
+    }
     assert decoded.usage.input_tokens == 3

@@ -29,8 +29,12 @@ async def seed(log: EventLog, runs: int) -> int:
     for r in range(runs):
         rid = f"run{r:04d}"
         task = TaskSubmitted(text=f"task {r}", run_id=rid)
-        events += [task, RunStarted(run_id=rid, causation_id=task.id), ReplySent(text="hi", run_id=rid),
-                   RunCompleted(reply="hi", steps=1, run_id=rid)]
+        events += [
+            task,
+            RunStarted(run_id=rid, causation_id=task.id),
+            ReplySent(text="hi", run_id=rid),
+            RunCompleted(reply="hi", steps=1, run_id=rid),
+        ]
     for i in range(0, len(events), 500):
         await log.append_batch(events[i : i + 500])
     return len(events)
@@ -47,7 +51,9 @@ async def count(engine: AsyncEngine) -> int:
         return int(await conn.scalar(select(func.count()).select_from(run_timeline)) or 0)
 
 
-async def test_catch_up_projects_every_run_event_with_its_checkpoint(log: EventLog, engine: AsyncEngine) -> None:
+async def test_catch_up_projects_every_run_event_with_its_checkpoint(
+    log: EventLog, engine: AsyncEngine
+) -> None:
     total = await seed(log, 30)
     projector = Projector(log, engine, RunTimelineProjection(), batch_size=37)
     seen: list[tuple[int, int]] = []
@@ -57,7 +63,12 @@ async def test_catch_up_projects_every_run_event_with_its_checkpoint(log: EventL
     assert await projector.checkpoint() == total
     assert await projector.catch_up() == 0, "a second catch-up applies nothing"
     timeline = await run_timeline_rows(engine, "run0003")
-    assert [r.type for r in timeline] == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+    assert [r.type for r in timeline] == [
+        "task.submitted",
+        "run.started",
+        "reply.sent",
+        "run.completed",
+    ]
     assert timeline[0].summary == "task 3" and timeline[0].since_previous_ms is None
     assert all(r.since_previous_ms is not None and r.since_previous_ms >= 0 for r in timeline[1:])
     assert timeline[1].causation_id is not None
@@ -84,7 +95,9 @@ class CrashAfter:
         await self.inner.apply(conn, batch)
 
 
-async def test_projector_crashed_mid_batch_resumes_exactly_once(log: EventLog, engine: AsyncEngine) -> None:
+async def test_projector_crashed_mid_batch_resumes_exactly_once(
+    log: EventLog, engine: AsyncEngine
+) -> None:
     total = await seed(log, 25)
     flaky = CrashAfter(RunTimelineProjection(), crash_at_seq=60)
     projector = Projector(log, engine, flaky, batch_size=40)
@@ -99,7 +112,9 @@ async def test_projector_crashed_mid_batch_resumes_exactly_once(log: EventLog, e
     assert seqs == list(range(1, total + 1)), "every event exactly once"
 
 
-async def test_rebuilt_projection_equals_the_incremental_one(log: EventLog, engine: AsyncEngine) -> None:
+async def test_rebuilt_projection_equals_the_incremental_one(
+    log: EventLog, engine: AsyncEngine
+) -> None:
     await seed(log, 10)
     projector = Projector(log, engine, RunTimelineProjection())
     task = asyncio.create_task(projector.run())
@@ -134,9 +149,18 @@ async def test_redelivered_batches_are_no_ops(log: EventLog, engine: AsyncEngine
 
 
 async def test_dead_letters_projection(log: EventLog, engine: AsyncEngine) -> None:
-    await log.append(BusMalformed(handler="echo", stream=log.cfg.log_stream, stream_seq=7,
-                                  subject="x.y", reason_kind="malformed", reason="bad json",
-                                  preview="{", source="echo"))
+    await log.append(
+        BusMalformed(
+            handler="echo",
+            stream=log.cfg.log_stream,
+            stream_seq=7,
+            subject="x.y",
+            reason_kind="malformed",
+            reason="bad json",
+            preview="{",
+            source="echo",
+        )
+    )
     await seed(log, 2)  # other events are not dead letters
     projector = Projector(log, engine, DeadLettersProjection())
     assert await projector.catch_up() == 1

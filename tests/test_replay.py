@@ -40,8 +40,14 @@ async def test_replay_never_touches_a_handler_consumer(log: EventLog) -> None:
     replayed = await read_run(log, "r")
     assert len(replayed) == 1
     after = await log.js.consumer_info(log.cfg.log_stream, "echo")
-    assert (after.num_pending, after.delivered.stream_seq) == (before.num_pending, before.delivered.stream_seq) == (1, 0)
-    durables = [c.name for c in await log.js.consumers_info(log.cfg.log_stream) if c.config.durable_name]
+    assert (
+        (after.num_pending, after.delivered.stream_seq)
+        == (before.num_pending, before.delivered.stream_seq)
+        == (1, 0)
+    )
+    durables = [
+        c.name for c in await log.js.consumers_info(log.cfg.log_stream) if c.config.durable_name
+    ]
     assert durables == ["echo"]
 
 

@@ -9,15 +9,23 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from nanocrab.bus import BusConfig, BusError, EmbeddedServer, EventLog, HandlerRuntime, connect, read
+from nanocrab.bus import (
+    BusConfig,
+    BusError,
+    EmbeddedServer,
+    EventLog,
+    HandlerRuntime,
+    connect,
+    read,
+)
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.server import free_port
 from nanocrab.events import RunCompleted, TaskSubmitted
 from nanocrab.handlers.echo import EchoReactor
 from nanocrab.projections import Projector, RunTimelineProjection, make_engine, run_timeline
 
-from .test_runtime import FAST
 from .conftest import eventually
+from .test_runtime import FAST
 
 TASKS = 60
 

@@ -64,7 +64,12 @@ async def test_echo_reacts_with_derived_ids_causation_and_a_continued_trace(log:
             return evs if any(isinstance(e, RunCompleted) for e in evs) else []
 
         events = await eventually(done)
-    assert [e.type for e in events] == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+    assert [e.type for e in events] == [
+        "task.submitted",
+        "run.started",
+        "reply.sent",
+        "run.completed",
+    ]
     stored_task = events[0]
     for i, reaction in enumerate(events[1:]):
         assert reaction.id == derive_event_id("echo", stored_task.id, i)
@@ -77,7 +82,9 @@ async def test_echo_reacts_with_derived_ids_causation_and_a_continued_trace(log:
     assert stored_task.trace is not None
     trace_id = stored_task.trace.split("-")[1]
     assert f"{span.context.trace_id:032x}" == trace_id
-    assert span.parent is not None and f"{span.parent.span_id:016x}" == stored_task.trace.split("-")[2]
+    assert (
+        span.parent is not None and f"{span.parent.span_id:016x}" == stored_task.trace.split("-")[2]
+    )
     for reaction in events[1:]:
         assert reaction.trace == f"00-{trace_id}-{span.context.span_id:016x}-01"
 
@@ -110,7 +117,12 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
         await eventually(lambda: asyncio.sleep(0, second.processed == 1), timeout=15)
         await eventually(_no_ack_pending(log, "echo"))
     events = await run_events(log, "r1")
-    assert [e.type for e in events] == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+    assert [e.type for e in events] == [
+        "task.submitted",
+        "run.started",
+        "reply.sent",
+        "run.completed",
+    ]
 
 
 def _no_ack_pending(log: EventLog, durable: str):  # type: ignore[no-untyped-def]

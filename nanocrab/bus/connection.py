@@ -38,8 +38,14 @@ class Reconnects:
         self.connected.set()
 
 
-async def connect(url: str, *, name: str = "nanocrab", user: str | None = None,
-                  password: str | None = None, connect_timeout: float = 5.0) -> NATS:
+async def connect(
+    url: str,
+    *,
+    name: str = "nanocrab",
+    user: str | None = None,
+    password: str | None = None,
+    connect_timeout: float = 5.0,
+) -> NATS:
     """A client that reconnects forever, quickly: handlers ride out a server restart."""
     reconnects = Reconnects()
 
@@ -49,19 +55,22 @@ async def connect(url: str, *, name: str = "nanocrab", user: str | None = None,
     try:
         # The deadline bounds the *first* connection: with unlimited reconnects nats-py would
         # otherwise retry an unreachable URL forever instead of telling the user.
-        nc = await asyncio.wait_for(nats.connect(
-            url,
-            name=name,
-            user=user,
-            password=password,
-            connect_timeout=connect_timeout,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            allow_reconnect=True,
-            error_cb=error_cb,
-            disconnected_cb=reconnects.on_disconnect,
-            reconnected_cb=reconnects.on_reconnect,
-        ), timeout=connect_timeout * 2)
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                name=name,
+                user=user,
+                password=password,
+                connect_timeout=connect_timeout,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                allow_reconnect=True,
+                error_cb=error_cb,
+                disconnected_cb=reconnects.on_disconnect,
+                reconnected_cb=reconnects.on_reconnect,
+            ),
+            timeout=connect_timeout,
+        )
     except (OSError, nats.errors.NoServersError, TimeoutError) as exc:
         raise BusError(
             f"cannot connect to NATS at {url}: {exc!r}; is the server running? "

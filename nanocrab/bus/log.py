@@ -85,9 +85,7 @@ class EventLog:
     def prepare(self, event: Event) -> tuple[Event, str, bytes, dict[str, str]]:
         """Stamp trace context, pick the subject, encode, and build the headers."""
         if event.trace is None:
-            event = msgspec.structs.replace(
-                event, trace=current_traceparent() or new_traceparent()
-            )
+            event = msgspec.structs.replace(event, trace=current_traceparent() or new_traceparent())
         subject = self.subjects.for_event(event)
         payload = self.codec.encode(event, subject=subject)
         headers = {H_MSG_ID: event.id, "traceparent": event.trace or ""}
@@ -152,7 +150,9 @@ class EventLog:
             for (ev, subject, _, _), ack in zip(prepared, acks, strict=True)
         ]
 
-    async def _find_by_id(self, event_id: str, scope: str, *, after: int, limit: int = 256) -> int | None:
+    async def _find_by_id(
+        self, event_id: str, scope: str, *, after: int, limit: int = 256
+    ) -> int | None:
         """The sequence of ``event_id`` if it is already stored on ``scope`` after ``after``.
 
         nats-server 2.15 checks the expected sequence *before* the duplicate window, so a retried

@@ -44,11 +44,13 @@ class Window:
 
 def consumer_config(window: Window) -> ConsumerConfig:
     if window.start_seq is not None and window.start_seq > 1:
-        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                              opt_start_seq=window.start_seq)
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=window.start_seq
+        )
     if window.start_time is not None:
-        return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME,
-                              opt_start_time=window.start_time)  # type: ignore[arg-type]
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=window.start_time
+        )  # type: ignore[arg-type]
     return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
 
 

@@ -109,7 +109,9 @@ class HandlerRuntime:
         self.opts = options or RuntimeOptions()
         self.tracer = tracer or trace.get_tracer("nanocrab.bus")
         self.durable = reactor.name
-        self.filters = sorted({log_.subjects.of_type(t.__struct_config__.tag) for t in reactor.consumes})  # type: ignore[arg-type]
+        self.filters = sorted(
+            {log_.subjects.of_type(t.__struct_config__.tag) for t in reactor.consumes}
+        )  # type: ignore[arg-type]
         self._stopping = asyncio.Event()
         self.processed = 0
         self.dead_lettered = 0
@@ -259,7 +261,9 @@ class HandlerRuntime:
         delivered = msg.metadata.num_delivered or 1
         if delivered >= self.opts.max_deliver:
             await self._dead_letter(
-                msg, BusDeadLettered, "max_deliveries",
+                msg,
+                BusDeadLettered,
+                "max_deliveries",
                 f"gave up after {delivered} deliveries: {exc}",
             )
             return
@@ -292,7 +296,9 @@ class HandlerRuntime:
         await self.log.append(record)
         await msg.term()
         self.dead_lettered += 1
-        log.warning("handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason)
+        log.warning(
+            "handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason
+        )
 
 
 def _describe(exc: BaseException) -> str:

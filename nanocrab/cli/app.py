@@ -50,9 +50,13 @@ def _settings() -> Settings:
 
 def _setup(settings: Settings, service: str) -> None:
     logging.basicConfig(
-        level=logging.WARNING, handlers=[RichHandler(console=err, show_path=False)], format="%(message)s"
+        level=logging.WARNING,
+        handlers=[RichHandler(console=err, show_path=False)],
+        format="%(message)s",
     )
-    configure_tracing(service, exporter=settings.traces, console_path=settings.home / "traces.jsonl")
+    configure_tracing(
+        service, exporter=settings.traces, console_path=settings.home / "traces.jsonl"
+    )
 
 
 def _run(coro: Any) -> Any:
@@ -76,7 +80,10 @@ def up() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         marker = RuntimeMarker(settings.home)
-        async with bus_session(settings.bus(), name="nanocrab-up", sync=settings.sync) as (log, server):
+        async with bus_session(settings.bus(), name="nanocrab-up", sync=settings.sync) as (
+            log,
+            server,
+        ):
             engine = engine_for(settings.db_url)
             host = Host(log, engine)
             await host.start()
@@ -108,7 +115,9 @@ def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
 def publish(
     text: Annotated[str, typer.Argument(help="The task, in plain words.")],
     agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
-    run_id: Annotated[str | None, typer.Option(help="Use this run id (default: a new ULID).")] = None,
+    run_id: Annotated[
+        str | None, typer.Option(help="Use this run id (default: a new ULID).")
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Publish a task.submitted event and print its run id (handlers pick it up when running)."""
@@ -119,12 +128,24 @@ def publish(
             event = _task(text, agent, run_id)
             appended = await log.append(event)
         if json_:
-            print_json(console, {"run_id": event.run_id, "event_id": event.id, "seq": appended.seq,
-                                 "subject": appended.subject, "duplicate": appended.duplicate})
+            print_json(
+                console,
+                {
+                    "run_id": event.run_id,
+                    "event_id": event.id,
+                    "seq": appended.seq,
+                    "subject": appended.subject,
+                    "duplicate": appended.duplicate,
+                },
+            )
         else:
-            console.print(f"published [bold]{event.type}[/] seq={appended.seq} run=[bold]{event.run_id}[/]")
+            console.print(
+                f"published [bold]{event.type}[/] seq={appended.seq} run=[bold]{event.run_id}[/]"
+            )
             if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
-                console.print("[dim]no `nanocrab up` is running: it will be handled when one starts[/]")
+                console.print(
+                    "[dim]no `nanocrab up` is running: it will be handled when one starts[/]"
+                )
 
     _run(main())
 
@@ -159,7 +180,7 @@ def run(
     raise typer.Exit(_run(main()))
 
 
-async def _follow_run(log: EventLog, task: TaskSubmitted, timeout: float, json_: bool) -> int:
+async def _follow_run(log: EventLog, task: TaskSubmitted, wait_s: float, json_: bool) -> int:
     assert task.run_id is not None
     await log.append(task)
     seen: list[Stored] = []
@@ -178,10 +199,12 @@ async def _follow_run(log: EventLog, task: TaskSubmitted, timeout: float, json_:
                 return
 
     try:
-        await asyncio.wait_for(watch(), timeout)
+        await asyncio.wait_for(watch(), wait_s)
     except TimeoutError:
-        err.print(f"[bold red]run {task.run_id} did not finish within {timeout:.0f}s[/]; "
-                  "is a handler running? try `nanocrab status`")
+        err.print(
+            f"[bold red]run {task.run_id} did not finish within {wait_s:.0f}s[/]; "
+            "is a handler running? try `nanocrab status`"
+        )
         return 1
     if json_:
         return 0 if isinstance(outcome, RunCompleted) else 1
@@ -198,8 +221,12 @@ async def _follow_run(log: EventLog, task: TaskSubmitted, timeout: float, json_:
 @app.command()
 def tail(
     run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
-    type_: Annotated[str | None, typer.Option("--type", help="Type pattern: 'tool', 'run.*', 'llm.responded'.")] = None,
-    from_start: Annotated[bool, typer.Option("--all", help="Start at the beginning of the log.")] = False,
+    type_: Annotated[
+        str | None, typer.Option("--type", help="Type pattern: 'tool', 'run.*', 'llm.responded'.")
+    ] = None,
+    from_start: Annotated[
+        bool, typer.Option("--all", help="Start at the beginning of the log.")
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Follow events as they are appended (Ctrl-C to stop)."""
@@ -211,8 +238,13 @@ def tail(
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             try:
-                subject = (log.subjects.run(run_id) if run_id
-                           else log.subjects.of_type(type_) if type_ else log.subjects.log_all)
+                subject = (
+                    log.subjects.run(run_id)
+                    if run_id
+                    else log.subjects.of_type(type_)
+                    if type_
+                    else log.subjects.log_all
+                )
             except ValueError as exc:
                 err.print(f"[red]{exc}[/]")
                 raise typer.Exit(2) from exc
@@ -235,7 +267,10 @@ def replay(run_id: str, json_: JsonOpt = False) -> None:
 
     events = _run(main())
     if not events:
-        err.print(f"[red]no events for run {run_id!r}[/]; list runs with `nanocrab tail --all --type run.started`")
+        err.print(
+            f"[red]no events for run {run_id!r}[/]; "
+            "list runs with `nanocrab tail --all --type run.started`"
+        )
         raise typer.Exit(1)
     if json_:
         for s in events:
@@ -260,8 +295,13 @@ def projections_rebuild(
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             engine = engine_for(settings.db_url)
             try:
-                with Progress("[progress.description]{task.description}", BarColumn(),
-                              MofNCompleteColumn(), TimeRemainingColumn(), console=console) as bar:
+                with Progress(
+                    "[progress.description]{task.description}",
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeRemainingColumn(),
+                    console=console,
+                ) as bar:
                     for projection in chosen:
                         task = bar.add_task(projection.name, total=None)
                         projector = Projector(log, engine, projection)
@@ -287,8 +327,14 @@ def status(json_: JsonOpt = False) -> None:
             out: dict[str, Any] = {"streams": [], "consumers": [], "projections": []}
             for name in (log.cfg.log_stream, log.cfg.ephemeral_stream):
                 info = await log.js.stream_info(name)
-                out["streams"].append({"name": name, "messages": info.state.messages,
-                                       "bytes": info.state.bytes, "last_seq": info.state.last_seq})
+                out["streams"].append(
+                    {
+                        "name": name,
+                        "messages": info.state.messages,
+                        "bytes": info.state.bytes,
+                        "last_seq": info.state.last_seq,
+                    }
+                )
             last = out["streams"][0]["last_seq"]
             for c in await log.js.consumers_info(log.cfg.log_stream):
                 if not c.config.durable_name:
@@ -303,10 +349,17 @@ def status(json_: JsonOpt = False) -> None:
                 async with engine.connect() as conn:
                     with contextlib.suppress(Exception):
                         for row in (await conn.execute(select(checkpoints))).mappings():
-                            out["projections"].append({"name": row["name"], "position": row["stream_seq"],
-                                                       "behind": last - row["stream_seq"]})
+                            out["projections"].append(
+                                {
+                                    "name": row["name"],
+                                    "position": row["stream_seq"],
+                                    "behind": last - row["stream_seq"],
+                                }
+                            )
                     try:
-                        out["dead_letters"] = await conn.scalar(select(func.count()).select_from(dead_letters))
+                        out["dead_letters"] = await conn.scalar(
+                            select(func.count()).select_from(dead_letters)
+                        )
                     except Exception:
                         out["dead_letters"] = 0
             finally:
@@ -328,7 +381,9 @@ def status(json_: JsonOpt = False) -> None:
     for col in ("name", "pending", "unacked", "redelivered", "lag"):
         c.add_column(col)
     for x in out["consumers"]:
-        c.add_row(x["name"], str(x["pending"]), str(x["unacked"]), str(x["redelivered"]), str(x["lag"]))
+        c.add_row(
+            x["name"], str(x["pending"]), str(x["unacked"]), str(x["redelivered"]), str(x["lag"])
+        )
     console.print(c)
     p = Table(title="projections", title_justify="left")
     for col in ("name", "position", "behind log end"):
@@ -337,9 +392,14 @@ def status(json_: JsonOpt = False) -> None:
         p.add_row(x["name"], str(x["position"]), str(x["behind"]))
     console.print(p)
     dl = out["dead_letters"]
-    console.print(f"dead letters: [{'bold red' if dl else 'green'}]{dl}[/]"
-                  + ("  (see them with `nanocrab status --json` or the dead_letters table)" if dl else ""))
-    console.print(f"runtime (nanocrab up): {'[green]running[/]' if out['runtime_up'] else '[dim]not running[/]'}")
+    console.print(
+        f"dead letters: [{'bold red' if dl else 'green'}]{dl}[/]"
+        + ("  (see them with `nanocrab status --json` or the dead_letters table)" if dl else "")
+    )
+    console.print(
+        "runtime (nanocrab up): "
+        + ("[green]running[/]" if out["runtime_up"] else "[dim]not running[/]")
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

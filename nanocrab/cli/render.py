@@ -31,7 +31,10 @@ def stored_json(s: Stored) -> dict[str, Any]:
         return {
             "seq": s.seq,
             "subject": s.subject,
-            "error": {"kind": s.error.kind.value if s.error else "unknown", "message": str(s.error)},
+            "error": {
+                "kind": s.error.kind.value if s.error else "unknown",
+                "message": str(s.error),
+            },
         }
     wire = msgspec.to_builtins(_codec.to_wire(s.event, subject=s.subject))
     return {"seq": s.seq, **wire}

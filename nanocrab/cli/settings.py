@@ -15,11 +15,11 @@ from nanocrab.projections import default_url
 class Settings(BaseModel):
     """Everything the CLI wires. Environment variables:
 
-    ``NANOCRAB_HOME``      data directory (default ``./.nanocrab``): server store, SQLite, keys, traces
+    ``NANOCRAB_HOME``      data directory (default ``./.nanocrab``): server store, SQLite, traces
     ``NANOCRAB_NATS_URL``  an external NATS server/cluster; unset starts the embedded server
     ``NANOCRAB_DB_URL``    SQLAlchemy URL for projections (default SQLite in the data directory),
                            e.g. ``postgresql+asyncpg://user@127.0.0.1:5432/nanocrab``
-    ``NANOCRAB_TRACES``    ``console`` (spans to ``<home>/traces.jsonl``, default), ``otlp``, ``none``
+    ``NANOCRAB_TRACES``    ``console`` (to ``<home>/traces.jsonl``, default), ``otlp``, ``none``
     ``NANOCRAB_SYNC``      JetStream fsync policy of the embedded server: ``default`` or ``always``
     """
 

@@ -58,10 +58,13 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     subject_kind: ClassVar[SubjectKind] = "run"
     ephemeral: ClassVar[bool] = False
 
+    type_tag: ClassVar[str] = ""
+    """Cached copy of the msgspec tag (reading ``__struct_config__`` allocates every time)."""
+
     @property
     def type(self) -> str:
         """The event type string, ``family.name`` (the msgspec tag)."""
-        return self.__struct_config__.tag  # type: ignore[return-value]
+        return self.type_tag or self.__struct_config__.tag  # type: ignore[return-value]
 
     def subject_id(self) -> str:
         """The ``id`` token of this event's subject: the run, session, skill, ... it belongs to."""

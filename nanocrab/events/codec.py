@@ -135,7 +135,9 @@ class Codec:
             )
         cls = EVENT_TYPES.get(wire.type)
         if cls is None:
-            raise EventDecodeError(DecodeErrorKind.UNKNOWN_TYPE, f"unknown event type {wire.type!r}")
+            raise EventDecodeError(
+                DecodeErrorKind.UNKNOWN_TYPE, f"unknown event type {wire.type!r}"
+            )
         data_type = DATA_STRUCTS[wire.type]
         try:
             if wire.schemaversion == cls.schema_version:

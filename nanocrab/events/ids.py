@@ -19,7 +19,7 @@ def new_event_id() -> str:
 
 
 def derive_event_id(handler: str, causation_id: str, ordinal: int) -> str:
-    """The deterministic id of the ``ordinal``-th event ``handler`` emits in reaction to ``causation_id``.
+    """The id of the ``ordinal``-th event ``handler`` emits in reaction to ``causation_id``.
 
     The timestamp part is the cause's (when the cause is a ULID), so a reaction sorts right after
     what caused it; the random part is a keyed hash of the triple.

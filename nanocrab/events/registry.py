@@ -78,6 +78,9 @@ EVENT_TYPES: Final[dict[str, type[Event]]] = {
     for cls in AnyEvent.__args__  # type: ignore[attr-defined]
 }
 
+for _tag, _cls in EVENT_TYPES.items():
+    _cls.type_tag = _tag
+
 
 def payload_fields(cls: type[Event]) -> tuple[str, ...]:
     """The names of ``cls``'s ``data`` fields (everything that is not envelope)."""

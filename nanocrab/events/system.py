@@ -47,8 +47,13 @@ class MemoryConsolidated(Event, frozen=True, tag="memory.consolidated"):
 
 
 DeadLetterKind = Literal[
-    "malformed", "unknown_type", "invalid", "oversized", "unsupported_version",
-    "poison", "max_deliveries",
+    "malformed",
+    "unknown_type",
+    "invalid",
+    "oversized",
+    "unsupported_version",
+    "poison",
+    "max_deliveries",
 ]
 
 

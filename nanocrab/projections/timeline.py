@@ -116,7 +116,15 @@ async def run_timeline_rows(engine: AsyncEngine, run_id: str) -> list[TimelineRo
         delta = None if previous is None else (t - previous).total_seconds() * 1000
         previous = t
         out.append(
-            TimelineRow(r["seq"], t, r["type"], r["source"], r["causation_id"], r["step_id"],
-                        r["summary"], delta)
+            TimelineRow(
+                r["seq"],
+                t,
+                r["type"],
+                r["source"],
+                r["causation_id"],
+                r["step_id"],
+                r["summary"],
+                delta,
+            )
         )
     return out

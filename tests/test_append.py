@@ -90,3 +90,13 @@ async def test_log_stream_denies_delete_and_purge(log: EventLog) -> None:
     with pytest.raises(Exception, match=r"(?i)purge|delete|denied|not permitted"):
         await log.js.purge_stream(log.cfg.log_stream)
     assert await stream_messages(log) == 1
+
+
+async def test_appending_where_no_stream_listens_is_a_clear_error(log: EventLog) -> None:
+    from nanocrab.bus import AppendRejected, BusConfig
+
+    orphan = EventLog(log.nc, BusConfig(url=log.cfg.url, root="nostream"))
+    with pytest.raises(AppendRejected, match="no responders"):
+        await orphan.append_batch([ReplySent(text="lost?", run_id="r")])
+    with pytest.raises(AppendRejected):
+        await orphan.append(ReplySent(text="lost?", run_id="r"))

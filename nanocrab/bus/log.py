@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
@@ -57,6 +59,76 @@ class Expect:
     scope: str | None = None
 
 
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: _ApiError | None = None
+
+
+_NO_RESPONDERS = _PubAck(
+    error=_ApiError(503, 0, "no stream listens on this subject (no responders)")
+)
+_pub_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+class _AckCollector:
+    """Collects JetStream publish acks for pipelined batches on one wildcard inbox.
+
+    Cheaper per message than ``publish_async`` (one future per *batch*, acks decoded by msgspec),
+    which is what lets a batch append keep up with the server.
+    """
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.prefix = nc.new_inbox()
+        self._next = 0
+        self._open: dict[
+            int, tuple[list[_PubAck | None], list[int], asyncio.Future[list[_PubAck]]]
+        ] = {}
+
+    async def start(self) -> None:
+        await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_ack)
+
+    def open(self, size: int) -> tuple[int, asyncio.Future[list[_PubAck]]]:
+        self._next += 1
+        future: asyncio.Future[list[_PubAck]] = asyncio.get_running_loop().create_future()
+        self._open[self._next] = ([None] * size, [size], future)
+        return self._next, future
+
+    def close(self, batch_id: int) -> None:
+        self._open.pop(batch_id, None)
+
+    def reply(self, batch_id: int, index: int) -> str:
+        return f"{self.prefix}.{batch_id}-{index}"
+
+    async def _on_ack(self, msg: Msg) -> None:
+        batch, _, index = msg.subject.rpartition(".")[2].partition("-")
+        entry = self._open.get(int(batch))
+        if entry is None:
+            return  # a batch that timed out
+        acks, remaining, future = entry
+        i = int(index)
+        if acks[i] is not None:
+            return
+        if not msg.data and (msg.headers or {}).get("Status") == "503":
+            acks[i] = _NO_RESPONDERS
+        else:
+            try:
+                acks[i] = _pub_ack_decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                acks[i] = _PubAck(error=_ApiError(0, 0, f"unreadable ack {msg.data[:100]!r}"))
+        remaining[0] -= 1
+        if remaining[0] == 0 and not future.done():
+            future.set_result(acks)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class RawMessage:
     seq: int
@@ -74,6 +146,7 @@ class EventLog:
         self.cfg = cfg
         self.codec = codec or Codec(max_bytes=cfg.max_event_bytes)
         self.subjects = Subjects(cfg.root, cfg.ephemeral_root)
+        self._acks: _AckCollector | None = None
 
     @classmethod
     async def open(cls, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> EventLog:
@@ -82,13 +155,17 @@ class EventLog:
         await ensure_streams(log.js, cfg)
         return log
 
-    def prepare(self, event: Event) -> tuple[Event, str, bytes, dict[str, str]]:
-        """Stamp trace context, pick the subject, encode, and build the headers."""
-        if event.trace is None:
-            event = msgspec.structs.replace(event, trace=current_traceparent() or new_traceparent())
+    def prepare(
+        self, event: Event, trace: str | None = None
+    ) -> tuple[Event, str, bytes, dict[str, str]]:
+        """Pick the subject, encode, and build the headers.
+
+        An event without trace context gets ``trace``, else the active span's, else a new root.
+        """
+        trace = event.trace or trace or current_traceparent() or new_traceparent()
         subject = self.subjects.for_event(event)
-        payload = self.codec.encode(event, subject=subject)
-        headers = {H_MSG_ID: event.id, "traceparent": event.trace or ""}
+        payload = self.codec.encode(event, subject=subject, trace=trace)
+        headers = {H_MSG_ID: event.id, "traceparent": trace}
         if event.ephemeral:
             headers[H_TTL] = f"{int(self.cfg.ephemeral_ttl_s)}s"
         return event, subject, payload, headers
@@ -113,6 +190,11 @@ class EventLog:
                     return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
                 raise AppendConflict(scope, expect.seq, str(exc)) from exc
             raise AppendRejected(f"{event.type} {event.id} refused: {exc}") from exc
+        except nats.js.errors.NoStreamResponseError as exc:
+            raise AppendRejected(
+                f"{event.type} {event.id}: no stream listens on {subject} (no responders); "
+                "are the streams set up on this server? (EventLog.open creates them)"
+            ) from exc
         except (TimeoutError, nats.errors.Error) as exc:
             raise BusError(f"no acknowledgement for {event.type} {event.id}: {exc!r}") from exc
         return Appended(event.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
@@ -125,30 +207,33 @@ class EventLog:
         """
         if not events:
             return []
-        prepared = [self.prepare(e) for e in events]
+        trace = current_traceparent() or new_traceparent()  # one per batch when none is set
+        prepared = [self.prepare(e, trace) for e in events]
+        if self._acks is None:
+            self._acks = _AckCollector(self.nc)
+            await self._acks.start()
+        batch_id, done = self._acks.open(len(prepared))
         try:
-            futures = [
-                await self.js.publish_async(subject, payload, headers=headers)
-                for _, subject, payload, headers in prepared
-            ]
-        except nats.errors.Error as exc:
-            raise BusError(f"batch of {len(events)} could not be sent: {exc!r}") from exc
-        try:
-            acks = await asyncio.wait_for(
-                asyncio.gather(*futures), timeout=self.cfg.append_timeout_s
-            )
+            for i, (_, subject, payload, headers) in enumerate(prepared):
+                await self.nc.publish(
+                    subject, payload, reply=self._acks.reply(batch_id, i), headers=headers
+                )
+            acks = await asyncio.wait_for(done, timeout=self.cfg.append_timeout_s)
         except TimeoutError as exc:
-            for f in futures:
-                f.cancel()
             raise BusError(f"batch of {len(events)} not acknowledged in time") from exc
-        except APIError as exc:
-            raise AppendRejected(f"batch append refused: {exc}") from exc
         except nats.errors.Error as exc:
             raise BusError(f"batch of {len(events)} failed: {exc!r}") from exc
-        return [
-            Appended(ev.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
-            for (ev, subject, _, _), ack in zip(prepared, acks, strict=True)
-        ]
+        finally:
+            self._acks.close(batch_id)
+        results = []
+        for (ev, subject, _, _), ack in zip(prepared, acks, strict=True):
+            if ack.error is not None:
+                raise AppendRejected(
+                    f"{ev.type} {ev.id} refused: {ack.error.description} "
+                    f"(err_code {ack.error.err_code})"
+                )
+            results.append(Appended(ev.id, subject, ack.stream, ack.seq, ack.duplicate))
+        return results
 
     async def _find_by_id(
         self, event_id: str, scope: str, *, after: int, limit: int = 256

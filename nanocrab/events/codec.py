@@ -80,8 +80,13 @@ class Codec:
         self.max_bytes = max_bytes
         self._upcasters = upcasters
 
-    def to_wire(self, event: Event, *, subject: str | None = None) -> dict[str, Any]:
-        """The CloudEvents attribute dict for ``event`` (``data`` still holding Python values)."""
+    def to_wire(
+        self, event: Event, *, subject: str | None = None, trace: str | None = None
+    ) -> dict[str, Any]:
+        """The CloudEvents attribute dict for ``event`` (``data`` still holding Python values).
+
+        ``trace`` fills the ``traceparent`` attribute when the event has none of its own.
+        """
         wire: dict[str, Any] = {
             "specversion": "1.0",
             "id": event.id,
@@ -96,12 +101,16 @@ class Codec:
             value = getattr(event, field)
             if value is not None:
                 wire[attr] = value
+        if trace is not None and event.trace is None:
+            wire["traceparent"] = trace
         wire["schemaversion"] = event.schema_version
         wire["data"] = {f: getattr(event, f) for f in _PAYLOAD_FIELDS[event.type]}
         return wire
 
-    def encode(self, event: Event, *, subject: str | None = None) -> bytes:
-        raw = _encoder.encode(self.to_wire(event, subject=subject))
+    def encode(
+        self, event: Event, *, subject: str | None = None, trace: str | None = None
+    ) -> bytes:
+        raw = _encoder.encode(self.to_wire(event, subject=subject, trace=trace))
         if len(raw) > self.max_bytes:
             raise EventDecodeError(
                 DecodeErrorKind.OVERSIZED,

@@ -55,7 +55,9 @@ async def test_catch_up_projects_every_run_event_with_its_checkpoint(
     log: EventLog, engine: AsyncEngine
 ) -> None:
     total = await seed(log, 30)
-    projector = Projector(log, engine, RunTimelineProjection(), batch_size=37)
+    projector = Projector(
+        log, engine, RunTimelineProjection(), batch_size=37, catch_up_batch_size=37
+    )
     seen: list[tuple[int, int]] = []
     applied = await projector.catch_up(lambda done, of: seen.append((done, of)))
     assert applied == total == await count(engine)
@@ -100,12 +102,12 @@ async def test_projector_crashed_mid_batch_resumes_exactly_once(
 ) -> None:
     total = await seed(log, 25)
     flaky = CrashAfter(RunTimelineProjection(), crash_at_seq=60)
-    projector = Projector(log, engine, flaky, batch_size=40)
+    projector = Projector(log, engine, flaky, batch_size=40, catch_up_batch_size=40)
     with pytest.raises(RuntimeError, match="mid-batch"):
         await projector.catch_up()
     assert await projector.checkpoint() == 40, "the crashed batch rolled back entirely"
     assert await count(engine) == 40
-    restarted = Projector(log, engine, flaky, batch_size=40)
+    restarted = Projector(log, engine, flaky, batch_size=40, catch_up_batch_size=40)
     await restarted.catch_up()
     assert await count(engine) == total
     seqs = [r[0] for r in await rows(engine)]
@@ -129,7 +131,9 @@ async def test_rebuilt_projection_equals_the_incremental_one(
         await asyncio.wait_for(task, 10)
     incremental = await rows(engine)
     assert len(incremental) == last
-    rebuilt = await Projector(log, engine, RunTimelineProjection(), batch_size=64).rebuild()
+    rebuilt = await Projector(
+        log, engine, RunTimelineProjection(), catch_up_batch_size=64
+    ).rebuild()
     assert rebuilt == last
     assert await rows(engine) == incremental
 

@@ -204,7 +204,7 @@ async def test_poison_and_exhausted_retries_become_dead_letters(log: EventLog) -
     reactor: Reactor = Flaky(failures=100)
     runtime = HandlerRuntime(log, reactor, options=FAST)
     async with running(runtime):
-        await log.append(TaskSubmitted(text="poison", run_id="p"))
+        await log.append(TaskSubmitted(text="poison", run_id="p", tenant="acme"))
         await log.append(TaskSubmitted(text="never works", run_id="n"))
         await eventually(lambda: asyncio.sleep(0, runtime.dead_lettered == 2), timeout=20)
         await eventually(_no_ack_pending(log, "flaky"))
@@ -214,6 +214,7 @@ async def test_poison_and_exhausted_retries_become_dead_letters(log: EventLog) -
     assert kinds == ["max_deliveries", "poison"]
     poison = next(r for r in records if r.reason_kind == "poison")  # type: ignore[attr-defined]
     assert "KeyError" in poison.reason  # type: ignore[attr-defined]
+    assert poison.tenant == "acme", "a dead letter stays with the original's tenant"
 
 
 async def test_two_instances_share_one_durable_and_split_the_work(log: EventLog) -> None:

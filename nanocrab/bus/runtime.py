@@ -29,6 +29,7 @@ from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.errors import BusError, TransientError
 from nanocrab.bus.log import EventLog
 from nanocrab.bus.reactor import Reactor
+from nanocrab.bus.subjects import sanitize_token
 from nanocrab.bus.tracing import context_from
 from nanocrab.events import (
     BusDeadLettered,
@@ -281,9 +282,16 @@ class HandlerRuntime:
         terminate the message so it is never redelivered to this handler."""
         meta = msg.metadata
         seq = meta.sequence.stream
+        tokens = msg.subject.split(".")
         record = kind(
-            id=derive_event_id(self.durable, f"{meta.stream}:{seq}", 0),
+            id=derive_event_id(
+                self.durable,
+                f"{meta.stream}:{seq}",
+                0,
+                millis=int(meta.timestamp.timestamp() * 1000),
+            ),
             source=self.durable,
+            tenant=sanitize_token(tokens[1]) if len(tokens) == 6 else "default",
             handler=self.durable,
             stream=meta.stream,
             stream_seq=seq,

@@ -18,19 +18,23 @@ def new_event_id() -> str:
     return str(ULID())
 
 
-def derive_event_id(handler: str, causation_id: str, ordinal: int) -> str:
+def derive_event_id(
+    handler: str, causation_id: str, ordinal: int, *, millis: int | None = None
+) -> str:
     """The id of the ``ordinal``-th event ``handler`` emits in reaction to ``causation_id``.
 
     The timestamp part is the cause's (when the cause is a ULID), so a reaction sorts right after
-    what caused it; the random part is a keyed hash of the triple.
+    what caused it; the random part is a keyed hash of the triple. ``millis`` sets the timestamp
+    part when the cause is not a ULID (a dead letter uses the original message's storage time).
     """
     digest = hashlib.blake2b(
         f"{handler}\x1f{causation_id}\x1f{ordinal}".encode(), digest_size=10
     ).digest()
-    try:
-        millis = ULID.from_str(causation_id).milliseconds
-    except ValueError:
-        millis = 0
+    if millis is None:
+        try:
+            millis = ULID.from_str(causation_id).milliseconds
+        except ValueError:
+            millis = 0
     return str(ULID.from_bytes(millis.to_bytes(6, "big") + digest))
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, event
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, event, insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 metadata = MetaData()
 
@@ -17,6 +19,44 @@ checkpoints = Table(
     Column("stream_seq", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+
+def _sqlite_param(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value.strftime(_SQLITE_DATETIME)
+    return value
+
+
+# SQLAlchemy's storage format for DateTime on SQLite, so rows read back through ``Table`` as usual.
+_SQLITE_DATETIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+async def bulk_insert(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows`` (dicts with the same keys) with one ``executemany``.
+
+    On SQLite this hands values straight to the driver: SQLAlchemy's per-row bind processing was
+    half of a rebuild's time. Datetimes are stored as UTC in SQLAlchemy's own SQLite format, so
+    reads through the table are unchanged (naive; see :func:`as_utc`). Other databases take the
+    regular Core path.
+    """
+    if not rows:
+        return
+    if conn.dialect.name != "sqlite":
+        await conn.execute(insert(table), list(rows))
+        return
+    cols = list(rows[0])
+    sql = (
+        f'INSERT INTO "{table.name}" ({", ".join(f"{c!s}" for c in cols)}) '
+        f"VALUES ({', '.join('?' for _ in cols)})"
+    )
+    await conn.exec_driver_sql(sql, [tuple(_sqlite_param(r[c]) for c in cols) for r in rows])
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite returns naive datetimes (stored as UTC); PostgreSQL returns aware ones."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def default_url(data_dir: Path) -> str:

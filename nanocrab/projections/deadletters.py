@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, String, Table, Text, insert, select
+from sqlalchemy import BigInteger, Column, DateTime, Integer, String, Table, Text, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import BusDeadLettered, BusMalformed
-from nanocrab.projections.db import metadata
+from nanocrab.projections.db import bulk_insert, metadata
 
 dead_letters = Table(
     "dead_letters",
@@ -53,8 +53,7 @@ class DeadLettersProjection:
             for s in batch
             if isinstance(e := s.event, BusMalformed | BusDeadLettered)
         ]
-        if rows:
-            await conn.execute(insert(dead_letters), rows)
+        await bulk_insert(conn, dead_letters, rows)
 
 
 async def list_dead_letters(engine: AsyncEngine, limit: int = 100) -> list[dict[str, object]]:

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import EventLog, Stored, Window
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.replay import consumer_config, to_stored
+from nanocrab.bus.replay import consumer_config, position, to_stored
 from nanocrab.projections.base import Projection
 from nanocrab.projections.db import checkpoints, metadata
 
@@ -49,6 +49,7 @@ class Projector:
         projection: Projection,
         *,
         batch_size: int = 1000,
+        catch_up_batch_size: int = 5000,
         idle_flush_s: float = 0.005,
         stall_s: float = 6.0,
     ) -> None:
@@ -56,6 +57,7 @@ class Projector:
         self.engine = engine
         self.projection = projection
         self.batch_size = batch_size
+        self.catch_up_batch_size = catch_up_batch_size
         self.idle_flush_s = idle_flush_s
         self.stall_s = stall_s
         self.position = 0
@@ -123,7 +125,8 @@ class Projector:
             if progress:
                 progress(0, 0)
             return 0
-        queue, sub = await self._subscribe(idle_flush_s=0.25)  # throughput over latency
+        # throughput over latency: big batches, fewer round trips to the database thread
+        queue, sub = await self._subscribe(idle_flush_s=0.25, size=self.catch_up_batch_size)
         batches: asyncio.Queue[list[Stored] | None] = asyncio.Queue(maxsize=2)
         applied = 0
 
@@ -137,8 +140,8 @@ class Projector:
                             return
                         continue
                     await batches.put([to_stored(self.log, m) for m in msgs])
-                    last = msgs[-1].metadata
-                    if last.sequence.stream >= end or (last.num_pending or 0) == 0:
+                    last = position(msgs[-1])
+                    if last.stream_seq >= end or last.pending == 0:
                         return
             finally:
                 await batches.put(None)
@@ -173,8 +176,10 @@ class Projector:
         await self.setup()
         return await self.catch_up(progress)
 
-    async def _subscribe(self, *, idle_flush_s: float | None = None) -> tuple[_Batcher, object]:
-        batcher = _Batcher(self.batch_size, idle_flush_s or self.idle_flush_s)
+    async def _subscribe(
+        self, *, idle_flush_s: float | None = None, size: int | None = None
+    ) -> tuple[_Batcher, object]:
+        batcher = _Batcher(size or self.batch_size, idle_flush_s or self.idle_flush_s)
         sub = await self.log.js.subscribe(
             self.projection.subject_filter(self.log.subjects),
             stream=self.log.cfg.log_stream,
@@ -246,7 +251,7 @@ class _Batcher:
             await self.drained.wait()
         self.buf.append(msg)
         self.nonempty.set()
-        if len(self.buf) >= self.size or (msg.metadata.num_pending or 0) == 0:
+        if len(self.buf) >= self.size or position(msg).pending == 0:
             self.full.set()
 
     async def take(self, timeout_s: float) -> list[Msg] | None:
@@ -257,7 +262,7 @@ class _Batcher:
                 await asyncio.wait_for(self.nonempty.wait(), timeout_s)
             except TimeoutError:
                 return None
-        if len(self.buf) < self.size and (self.buf[-1].metadata.num_pending or 0) > 0:
+        if len(self.buf) < self.size and position(self.buf[-1]).pending > 0:
             self.full.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.full.wait(), self.idle_flush_s)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, insert, select
+from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
@@ -21,7 +21,7 @@ from nanocrab.events import (
     ToolCompleted,
     ToolRequested,
 )
-from nanocrab.projections.db import metadata
+from nanocrab.projections.db import as_utc, bulk_insert, metadata
 
 run_timeline = Table(
     "run_timeline",
@@ -86,8 +86,7 @@ class RunTimelineProjection:
             for s in batch
             if s.event is not None
         ]
-        if rows:
-            await conn.execute(insert(run_timeline), rows)
+        await bulk_insert(conn, run_timeline, rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +111,7 @@ async def run_timeline_rows(engine: AsyncEngine, run_id: str) -> list[TimelineRo
     out: list[TimelineRow] = []
     previous: datetime | None = None
     for r in rows:
-        t = r["time"]
+        t = as_utc(r["time"])
         delta = None if previous is None else (t - previous).total_seconds() * 1000
         previous = t
         out.append(

@@ -81,3 +81,80 @@ def test_bad_configuration_is_rejected_with_what_to_fix(home: Path) -> None:
     result = cli(home, "status", env={"NANOCRAB_TRACES": "loud"})
     assert result.returncode == 2
     assert "NANOCRAB_TRACES='loud'" in result.stderr
+
+
+def test_up_serves_published_tasks_and_stops_cleanly_on_ctrl_c(home: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
+    env.update({"NANOCRAB_HOME": str(home), "COLUMNS": "160"})
+    up = subprocess.Popen(
+        [*NANOCRAB, "up"],
+        cwd=home.parent,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert up.stdout is not None
+        banner = up.stdout.readline()
+        assert "nanocrab up" in banner, banner + (up.stderr.read() if up.poll() is not None else "")
+        published = cli(home, "publish", "served by up", "--json")
+        assert published.returncode == 0, published.stderr
+        run_id = json.loads(published.stdout)["run_id"]
+        deadline = time.monotonic() + 30
+        while True:
+            replay = cli(home, "replay", run_id, "--json")
+            types = [json.loads(x)["type"] for x in replay.stdout.splitlines()]
+            if "run.completed" in types or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert types == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+        status = json.loads(cli(home, "status", "--json").stdout)
+        assert status["runtime_up"] is True
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, err = up.communicate(timeout=30)
+    assert up.returncode == 0, err
+    assert "stopped cleanly" in out
+    assert not (home / "runtime.json").exists()
+    assert not (home / "nats" / "server.json").exists()
+
+
+def test_tail_follows_the_log_as_json(home: Path) -> None:
+    import time
+
+    assert cli(home, "publish", "first").returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
+    env.update({"NANOCRAB_HOME": str(home)})
+    # the first command started and stopped its own server; tail starts one again and follows it
+    tail = subprocess.Popen(
+        [*NANOCRAB, "tail", "--all", "--json", "--type", "task.*"],
+        cwd=home.parent,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert tail.stdout is not None
+        first = json.loads(tail.stdout.readline())
+        assert first["type"] == "task.submitted" and first["data"]["text"] == "first"
+        time.sleep(0.5)
+        assert cli(home, "publish", "second").returncode == 0
+        second = json.loads(tail.stdout.readline())
+        assert second["data"]["text"] == "second" and second["seq"] == 2
+    finally:
+        tail.send_signal(__import__("signal").SIGINT)
+        tail.communicate(timeout=20)
+    assert tail.returncode == 0
+
+
+def test_an_external_server_is_used_when_configured(home: Path, nats_url: str) -> None:
+    result = cli(
+        home, "publish", "to the external server", "--json", env={"NANOCRAB_NATS_URL": nats_url}
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (home / "nats").exists(), "no embedded server was started"

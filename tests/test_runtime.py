@@ -233,3 +233,29 @@ async def test_stop_is_prompt_and_graceful(log: EventLog) -> None:
     await asyncio.sleep(0.3)
     runtime.stop()
     await asyncio.wait_for(task, 2)
+
+
+class Slow:
+    """Takes longer than the consumer's ack wait."""
+
+    name = "slow"
+    consumes: tuple[type[Event], ...] = (TaskSubmitted,)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def handle(self, event: Event) -> Sequence[Event]:
+        self.calls += 1
+        await asyncio.sleep(2.5)
+        return [RunStarted()]
+
+
+async def test_long_work_sends_in_progress_acks_and_is_not_redelivered(log: EventLog) -> None:
+    reactor = Slow()
+    runtime = HandlerRuntime(log, reactor, options=FAST)  # ack_wait 1s
+    async with running(runtime):
+        await log.append(TaskSubmitted(text="take your time", run_id="r1"))
+        await eventually(lambda: asyncio.sleep(0, runtime.processed == 1), timeout=15)
+        await asyncio.sleep(1.5)  # a redelivery would have arrived by now
+    assert reactor.calls == 1
+    assert [e.type for e in await run_events(log, "r1")] == ["task.submitted", "run.started"]

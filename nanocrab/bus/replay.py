@@ -80,8 +80,10 @@ def consumer_config(window: Window) -> ConsumerConfig:
     return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
 
 
-def to_stored(log: EventLog, msg: Msg, *, keep_raw: bool = False) -> Stored:
-    pos = position(msg)
+def to_stored(
+    log: EventLog, msg: Msg, pos: Position | None = None, *, keep_raw: bool = False
+) -> Stored:
+    pos = pos or position(msg)
     try:
         event: Event | None = log.codec.decode(msg.data)
         error = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,12 @@ checkpoints = Table(
 )
 
 
-def _sqlite_param(value: Any) -> Any:
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(UTC).replace(tzinfo=None)
-        return value.strftime(_SQLITE_DATETIME)
-    return value
+def _sqlite_datetime(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value.strftime(_SQLITE_DATETIME)
 
 
 # SQLAlchemy's storage format for DateTime on SQLite, so rows read back through ``Table`` as usual.
@@ -47,11 +48,19 @@ async def bulk_insert(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
         await conn.execute(insert(table), list(rows))
         return
     cols = list(rows[0])
-    sql = (
-        f'INSERT INTO "{table.name}" ({", ".join(f"{c!s}" for c in cols)}) '
-        f"VALUES ({', '.join('?' for _ in cols)})"
-    )
-    await conn.exec_driver_sql(sql, [tuple(_sqlite_param(r[c]) for c in cols) for r in rows])
+    getter = itemgetter(*cols)
+    dt_cols = [i for i, c in enumerate(cols) if isinstance(table.c[c].type, DateTime)]
+    params: list[Any] = [getter(r) for r in rows]
+    if dt_cols:
+        converted = []
+        for p in params:
+            values = list(p)
+            for i in dt_cols:
+                values[i] = _sqlite_datetime(values[i])
+            converted.append(tuple(values))
+        params = converted
+    sql = f'INSERT INTO "{table.name}" ({", ".join(cols)}) VALUES ({", ".join("?" for _ in cols)})'
+    await conn.exec_driver_sql(sql, params)
 
 
 def as_utc(value: datetime) -> datetime:

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import EventLog, Stored, Window
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.replay import consumer_config, position, to_stored
+from nanocrab.bus.replay import Position, consumer_config, position, to_stored
 from nanocrab.projections.base import Projection
 from nanocrab.projections.db import checkpoints, metadata
 
@@ -139,8 +139,8 @@ class Projector:
                         if await self._pending(sub) == 0:
                             return
                         continue
-                    await batches.put([to_stored(self.log, m) for m in msgs])
-                    last = position(msgs[-1])
+                    await batches.put([to_stored(self.log, m, p) for m, p in msgs])
+                    last = msgs[-1][1]
                     if last.stream_seq >= end or last.pending == 0:
                         return
             finally:
@@ -204,7 +204,7 @@ class Projector:
             while not self._stopping.is_set() and reconnects.generation == generation:
                 batch = await queue.take(0.5)
                 if batch:
-                    await self.apply_batch([to_stored(self.log, m) for m in batch])
+                    await self.apply_batch([to_stored(self.log, m, p) for m, p in batch])
         finally:
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
                 await sub.unsubscribe()
@@ -239,7 +239,7 @@ class _Batcher:
     def __init__(self, size: int, idle_flush_s: float) -> None:
         self.size = size
         self.idle_flush_s = idle_flush_s
-        self.buf: list[Msg] = []
+        self.buf: list[tuple[Msg, Position]] = []
         self.nonempty = asyncio.Event()
         self.full = asyncio.Event()
         self.drained = asyncio.Event()
@@ -249,12 +249,13 @@ class _Batcher:
         if len(self.buf) >= 8 * self.size:
             self.drained.clear()
             await self.drained.wait()
-        self.buf.append(msg)
+        pos = position(msg)
+        self.buf.append((msg, pos))
         self.nonempty.set()
-        if len(self.buf) >= self.size or position(msg).pending == 0:
+        if len(self.buf) >= self.size or pos.pending == 0:
             self.full.set()
 
-    async def take(self, timeout_s: float) -> list[Msg] | None:
+    async def take(self, timeout_s: float) -> list[tuple[Msg, Position]] | None:
         """The next batch, or ``None`` when nothing arrived within ``timeout_s``."""
         if not self.buf:
             self.nonempty.clear()
@@ -262,7 +263,7 @@ class _Batcher:
                 await asyncio.wait_for(self.nonempty.wait(), timeout_s)
             except TimeoutError:
                 return None
-        if len(self.buf) < self.size and position(self.buf[-1]).pending > 0:
+        if len(self.buf) < self.size and self.buf[-1][1].pending > 0:
             self.full.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.full.wait(), self.idle_flush_s)

@@ -55,6 +55,10 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     echo = next(c for c in st["consumers"] if c["name"] == "echo")
     assert echo["pending"] == 1, "the queued task waits for a handler"
     assert st["dead_letters"] == 0 and st["runtime_up"] is False
+    timeline = next(p for p in st["projections"] if p["name"] == "run_timeline")
+    assert timeline == {"name": "run_timeline", "position": 4, "behind": 1}, (
+        "the finished run was projected before exit; the queued task is not yet"
+    )
 
     replay = cli(home, "replay", info["run_id"], "--json")
     assert replay.returncode == 0, replay.stderr
@@ -65,6 +69,9 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     rebuild = cli(home, "projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stderr
     assert "run_timeline (5 events)" in rebuild.stdout
+
+    nothing_dead = cli(home, "dead-letters")
+    assert nothing_dead.returncode == 0 and "no dead letters" in nothing_dead.stdout
 
     missing = cli(home, "replay", "no-such-run")
     assert missing.returncode == 1 and "no events for run" in missing.stderr

@@ -16,15 +16,16 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
-from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from nanocrab.bus import BusError, EventLog, Stored, Window, read, read_run
 from nanocrab.bus.tracing import configure_tracing
 from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
+from nanocrab.cli.status import gather_status
 from nanocrab.events import RunCompleted, RunFailed, TaskSubmitted, new_event_id
-from nanocrab.projections import Projector, all_projections, checkpoints, dead_letters
+from nanocrab.projections import Projector, all_projections, list_dead_letters
 
 app = typer.Typer(
     help="nanocrab: an event-sourced agent runtime on NATS JetStream.",
@@ -324,44 +325,9 @@ def status(json_: JsonOpt = False) -> None:
 
     async def main() -> dict[str, Any]:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            out: dict[str, Any] = {"streams": [], "consumers": [], "projections": []}
-            for name in (log.cfg.log_stream, log.cfg.ephemeral_stream):
-                info = await log.js.stream_info(name)
-                out["streams"].append(
-                    {
-                        "name": name,
-                        "messages": info.state.messages,
-                        "bytes": info.state.bytes,
-                        "last_seq": info.state.last_seq,
-                    }
-                )
-            last = out["streams"][0]["last_seq"]
-            for c in await log.js.consumers_info(log.cfg.log_stream):
-                if not c.config.durable_name:
-                    continue
-                out["consumers"].append({
-                    "name": c.name, "pending": c.num_pending, "unacked": c.num_ack_pending,
-                    "redelivered": c.num_redelivered,
-                    "lag": last - (c.delivered.stream_seq or 0) if c.delivered else last,
-                })  # fmt: skip
             engine = engine_for(settings.db_url)
             try:
-                async with engine.connect() as conn:
-                    with contextlib.suppress(Exception):
-                        for row in (await conn.execute(select(checkpoints))).mappings():
-                            out["projections"].append(
-                                {
-                                    "name": row["name"],
-                                    "position": row["stream_seq"],
-                                    "behind": last - row["stream_seq"],
-                                }
-                            )
-                    try:
-                        out["dead_letters"] = await conn.scalar(
-                            select(func.count()).select_from(dead_letters)
-                        )
-                    except Exception:
-                        out["dead_letters"] = 0
+                out = await gather_status(log, engine)
             finally:
                 await engine.dispose()
             out["runtime_up"] = RuntimeMarker(settings.home).alive()
@@ -378,15 +344,15 @@ def status(json_: JsonOpt = False) -> None:
         t.add_row(s["name"], str(s["messages"]), str(s["bytes"]), str(s["last_seq"]))
     console.print(t)
     c = Table(title="handler consumers", title_justify="left")
-    for col in ("name", "pending", "unacked", "redelivered", "lag"):
+    for col in ("name", "pending", "unacked", "redelivered", "behind"):
         c.add_column(col)
     for x in out["consumers"]:
         c.add_row(
-            x["name"], str(x["pending"]), str(x["unacked"]), str(x["redelivered"]), str(x["lag"])
+            x["name"], str(x["pending"]), str(x["unacked"]), str(x["redelivered"]), str(x["behind"])
         )
     console.print(c)
     p = Table(title="projections", title_justify="left")
-    for col in ("name", "position", "behind log end"):
+    for col in ("name", "position", "behind"):
         p.add_column(col)
     for x in out["projections"]:
         p.add_row(x["name"], str(x["position"]), str(x["behind"]))
@@ -394,12 +360,48 @@ def status(json_: JsonOpt = False) -> None:
     dl = out["dead_letters"]
     console.print(
         f"dead letters: [{'bold red' if dl else 'green'}]{dl}[/]"
-        + ("  (see them with `nanocrab status --json` or the dead_letters table)" if dl else "")
+        + ("  (list them with `nanocrab dead-letters`)" if dl else "")
     )
     console.print(
         "runtime (nanocrab up): "
         + ("[green]running[/]" if out["runtime_up"] else "[dim]not running[/]")
     )
+
+
+@app.command("dead-letters")
+def dead_letters_cmd(
+    limit: Annotated[int, typer.Option(help="Newest first, at most this many.")] = 50,
+    json_: JsonOpt = False,
+) -> None:
+    """Messages handlers could not process: which handler, why, and where the bytes are."""
+    settings = _settings()
+
+    async def main() -> list[dict[str, Any]]:
+        engine = engine_for(settings.db_url)
+        try:
+            return await list_dead_letters(engine, limit)
+        except OperationalError:  # not projected yet: no table
+            return []
+        finally:
+            await engine.dispose()
+
+    rows = _run(main())
+    if json_:
+        for row in rows:
+            print_json(console, row)
+        return
+    if not rows:
+        console.print("[green]no dead letters[/]")
+        return
+    t = Table(title="dead letters (newest first)", title_justify="left")
+    for col in ("stream seq", "handler", "kind", "reason", "deliveries"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(
+            str(r["stream_seq"]), r["handler"], r["reason_kind"], r["reason"], str(r["deliveries"])
+        )
+    console.print(t)
+    console.print("[dim]original bytes: `nats stream get NANOCRAB_LOG <stream seq>`[/]")
 
 
 if __name__ == "__main__":  # pragma: no cover

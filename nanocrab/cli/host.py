@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab.bus import (
     BusConfig,
+    BusError,
     EmbeddedServer,
     EventLog,
     HandlerRuntime,
@@ -81,7 +82,9 @@ class Host:
             *(asyncio.create_task(p.run(), name=f"projector:{p.name}") for p in self.projectors),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, *, drain_s: float = 10.0) -> None:
+        """Stop handlers (each finishes the event in hand), then bring every projection up to
+        the end of the log (bounded by ``drain_s``) so read models are current on exit."""
         for rt in self.runtimes:
             rt.stop()
         for p in self.projectors:
@@ -89,6 +92,11 @@ class Host:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        for p in self.projectors:
+            try:
+                await asyncio.wait_for(p.catch_up(), drain_s)
+            except (TimeoutError, BusError) as exc:
+                log.warning("projection %s not fully caught up on exit: %r", p.name, exc)
 
 
 class RuntimeMarker:

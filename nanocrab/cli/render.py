@@ -64,7 +64,7 @@ def timeline_table(run_id: str, events: list[Stored]) -> Table:
     table.add_column("type", no_wrap=True)
     table.add_column("source", style="cyan")
     table.add_column("caused by", style="dim")
-    table.add_column("details", overflow="fold", max_width=60)
+    table.add_column("details", overflow="ellipsis", no_wrap=True, min_width=20)
     previous: datetime | None = None
     ids = {s.event.id: s.seq for s in events if s.event}
     for s in events:

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -92,6 +93,27 @@ class Projector:
             await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
         self.position = fresh[-1].seq
         return len(fresh)
+
+    async def behind(self) -> int:
+        """How many events matching this projection's filter it has not applied yet."""
+        position = await self.checkpoint()
+        stream = self.log.cfg.log_stream
+        info = await self.log.js.add_consumer(
+            stream,
+            config=ConsumerConfig(
+                filter_subject=self.projection.subject_filter(self.log.subjects),
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=position + 1,
+                ack_policy=AckPolicy.NONE,
+                inactive_threshold=5.0,
+                mem_storage=True,
+            ),
+        )
+        try:
+            return int(info.num_pending or 0)
+        finally:
+            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
+                await self.log.js.delete_consumer(stream, info.name)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -24,7 +24,7 @@ from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
 from nanocrab.cli.status import gather_status
-from nanocrab.events import RunCompleted, RunFailed, TaskSubmitted, new_event_id
+from nanocrab.events import EventError, RunCompleted, RunFailed, TaskSubmitted, new_event_id
 from nanocrab.projections import Projector, all_projections, list_dead_letters
 
 app = typer.Typer(
@@ -65,6 +65,9 @@ def _run(coro: Any) -> Any:
         return asyncio.run(coro)
     except BusError as exc:
         err.print(f"[bold red]bus error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    except EventError as exc:
+        err.print(f"[bold red]event refused:[/] {exc}")
         raise typer.Exit(1) from exc
 
 
@@ -108,6 +111,9 @@ def up() -> None:
 
 
 def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
+    if not text.strip():
+        err.print("[red]the task text is empty[/]; say what the agent should do, in quotes")
+        raise typer.Exit(2)
     rid = run_id or new_event_id()
     return TaskSubmitted(text=text, agent=agent, run_id=rid, task_id=rid, source="cli")
 

@@ -110,10 +110,13 @@ def up() -> None:
     _run(main())
 
 
-def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
+def _check_text(text: str) -> None:
     if not text.strip():
         err.print("[red]the task text is empty[/]; say what the agent should do, in quotes")
         raise typer.Exit(2)
+
+
+def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
     rid = run_id or new_event_id()
     return TaskSubmitted(text=text, agent=agent, run_id=rid, task_id=rid, source="cli")
 
@@ -128,6 +131,7 @@ def publish(
     json_: JsonOpt = False,
 ) -> None:
     """Publish a task.submitted event and print its run id (handlers pick it up when running)."""
+    _check_text(text)
     settings = _settings()
 
     async def main() -> None:
@@ -167,6 +171,7 @@ def run(
     """Publish a task, show the run live, print the answer; exit 1 if the run fails.
 
     Starts the runtime in this process when no `nanocrab up` serves the data directory."""
+    _check_text(text)
     settings = _settings()
     _setup(settings, "nanocrab-run")
 

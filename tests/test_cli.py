@@ -13,15 +13,31 @@ import pytest
 NANOCRAB = [sys.executable, "-m", "nanocrab"]
 
 
+def user_env(home: Path, **extra: str) -> dict[str, str]:
+    """A user's environment: no nanocrab settings or API keys of ours, this data directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
+    env.update({"NANOCRAB_HOME": str(home), "COLUMNS": "160", **extra})
+    return env
+
+
+def background(home: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*NANOCRAB, *args],
+        cwd=home.parent,
+        env=user_env(home),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def cli(
     home: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 90
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
-    base.update({"NANOCRAB_HOME": str(home), "COLUMNS": "160", **(env or {})})
     return subprocess.run(
         [*NANOCRAB, *args],
         cwd=home.parent,
-        env=base,
+        env=user_env(home, **(env or {})),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -94,16 +110,7 @@ def test_up_serves_published_tasks_and_stops_cleanly_on_ctrl_c(home: Path) -> No
     import signal
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
-    env.update({"NANOCRAB_HOME": str(home), "COLUMNS": "160"})
-    up = subprocess.Popen(
-        [*NANOCRAB, "up"],
-        cwd=home.parent,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    up = background(home, "up")
     try:
         assert up.stdout is not None
         banner = up.stdout.readline()
@@ -134,17 +141,8 @@ def test_tail_follows_the_log_as_json(home: Path) -> None:
     import time
 
     assert cli(home, "publish", "first").returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NANOCRAB_", "ANTHROPIC_"))}
-    env.update({"NANOCRAB_HOME": str(home)})
     # the first command started and stopped its own server; tail starts one again and follows it
-    tail = subprocess.Popen(
-        [*NANOCRAB, "tail", "--all", "--json", "--type", "task.*"],
-        cwd=home.parent,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    tail = background(home, "tail", "--all", "--json", "--type", "task.*")
     try:
         assert tail.stdout is not None
         first = json.loads(tail.stdout.readline())

@@ -9,10 +9,14 @@ from nanocrab.events.values import ContentBlock, Usage
 
 
 class LlmRequested(Event, frozen=True, tag="llm.requested"):
-    provider: str
-    model: str
-    tools: list[str] = []
-    attempt: int = 1
+    """Ask the model for the next turn. The LLM handler rebuilds the conversation from the run's
+    events (and the session's earlier runs), so requests stay small however long the run gets."""
+
+    turn: int  # 0-based index of this model call within the run
+    tools: list[str] = []  # tools enabled for the run, by canonical name
+    skills: list[str] = []  # skills in the catalogue (preloaded ones are in the task)
+    provider: str = ""  # empty: the LLM handler's configured provider
+    model: str = ""
 
 
 class LlmDelta(Event, frozen=True, tag="llm.delta"):
@@ -27,6 +31,7 @@ class LlmResponded(Event, frozen=True, tag="llm.responded"):
     model: str
     content: list[ContentBlock]
     stop_reason: str
+    turn: int = 0
     usage: Usage = Usage()
     cost_usd: float = 0.0
     latency_ms: float = 0.0
@@ -37,12 +42,17 @@ class LlmFailed(Event, frozen=True, tag="llm.failed"):
 
     kind: Literal["overflow", "retryable", "fatal"]
     message: str
+    turn: int = 0
     status_code: int | None = None
     attempts: int = 1
 
 
 class ContextCompacted(Event, frozen=True, tag="context.compacted"):
+    """Older turns of the run are replaced by ``summary`` from now on: every event of the run up
+    to and including ``upto_event_id`` is represented by it; later events are kept verbatim."""
+
     summary: str
     turns_summarised: int
+    upto_event_id: str = ""
     tokens_before: int = 0
     tokens_after: int = 0

@@ -18,6 +18,7 @@ from nanocrab.events.runs import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    SessionArchived,
     StepCompleted,
     StepStarted,
     SubagentCompleted,
@@ -68,7 +69,7 @@ AnyEvent = (
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted
     | SkillPublished | SkillActivated | SkillRolledBack
-    | ReloadFailed | MemoryConsolidated | ReplySent
+    | ReloadFailed | MemoryConsolidated | ReplySent | SessionArchived
     | BusMalformed | BusDeadLettered
 )  # fmt: skip
 """The tagged union of every event type; decode targets and exhaustive matches use it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from nanocrab.events.base import Event
+from nanocrab.events.base import Event, SubjectKind
 
 
 class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
@@ -18,6 +18,10 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
     text: str
     agent: str = "default"
     parent_run_id: str | None = None
+    tools: list[str] | None = None  # restrict the agent profile's tools (subagents); None = all
+    skills: list[str] = []  # skills to preload (their bodies go into the system prompt)
+    workspace: str | None = None  # directory the run's tools may touch; None = agent default
+    max_steps: int | None = None
 
 
 class RunStarted(Event, frozen=True, tag="run.started"):
@@ -93,3 +97,12 @@ class SubagentCompleted(Event, frozen=True, tag="subagent.completed"):
 
 class ReplySent(Event, frozen=True, tag="reply.sent"):
     text: str
+
+
+class SessionArchived(Event, frozen=True, tag="session.archived"):
+    """A session was closed (``/new``); its history no longer feeds new tasks."""
+
+    subject_kind: ClassVar[SubjectKind] = "session"
+
+    reason: str = ""
+    next_session_id: str | None = None

@@ -5,7 +5,20 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from nanocrab.events.base import Event, SubjectKind
+from nanocrab.events.tool_details import ToolDetails
 from nanocrab.events.values import ArtifactRef, Capability, ContentBlock
+
+ToolErrorKind = Literal[
+    "denied",  # no grant: policy said no, or the grant did not verify
+    "invalid_arguments",  # arguments do not match the tool's schema
+    "unknown_tool",
+    "not_found",  # a path or resource that does not exist
+    "path_escape",  # a path outside the granted workspace
+    "timeout",
+    "aborted",  # the run was cancelled or steered away
+    "failed",  # the tool ran and reported failure (non-zero exit, HTTP error, no match, ...)
+    "internal",  # a bug in the tool
+]
 
 
 class ToolRequested(Event, frozen=True, tag="tool.requested"):
@@ -35,7 +48,8 @@ class ToolCompleted(Event, frozen=True, tag="tool.completed"):
     tool: str
     is_error: bool = False
     content: list[ContentBlock] = []
-    error_kind: str | None = None  # typed reason when is_error: denied, timeout, aborted, ...
+    error_kind: ToolErrorKind | None = None
+    details: ToolDetails | None = None
     artifacts: list[ArtifactRef] = []
     duration_ms: float = 0.0
 

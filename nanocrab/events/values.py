@@ -22,6 +22,14 @@ class ImageBlock(msgspec.Struct, frozen=True, tag="image"):
     artifact: str  # object-store key; images never travel inline
 
 
+class ToolResultBlock(msgspec.Struct, frozen=True, tag="tool_result", kw_only=True):
+    """A tool's result as the model sees it (in a user turn, answering ``tool_use_id``)."""
+
+    tool_use_id: str
+    content: list[TextBlock | ImageBlock]
+    is_error: bool = False
+
+
 ContentBlock = TextBlock | ToolUseBlock | ImageBlock
 
 

@@ -1,0 +1,84 @@
+"""Typed details a tool returns beside its content blocks (one struct per tool, tagged by tool).
+
+The content blocks are what the model sees; details are for people and programs: a timeline,
+an audit view, a UI rendering a diff. They never carry large payloads (those are artifacts).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class ReadDetails(msgspec.Struct, frozen=True, tag="read", kw_only=True):
+    path: str
+    offset: int  # first line returned, 1-based
+    lines: int  # lines returned
+    total_lines: int
+    truncated: bool = False
+    next_offset: int | None = None  # where to continue when truncated
+
+
+class WriteDetails(msgspec.Struct, frozen=True, tag="write", kw_only=True):
+    path: str
+    bytes_written: int
+    created: bool
+
+
+class EditDetails(msgspec.Struct, frozen=True, tag="edit", kw_only=True):
+    path: str
+    diff: str  # unified diff
+    first_changed_line: int
+
+
+class LsDetails(msgspec.Struct, frozen=True, tag="ls", kw_only=True):
+    path: str
+    entries: int
+    truncated: bool = False
+
+
+class GlobDetails(msgspec.Struct, frozen=True, tag="glob", kw_only=True):
+    pattern: str
+    matches: int
+    truncated: bool = False
+
+
+class GrepDetails(msgspec.Struct, frozen=True, tag="grep", kw_only=True):
+    pattern: str
+    matches: int
+    files: int
+    truncated: bool = False
+
+
+class ExecDetails(msgspec.Struct, frozen=True, tag="exec", kw_only=True):
+    command: str
+    exit_code: int | None  # None when killed
+    duration_ms: float
+    timed_out: bool = False
+    aborted: bool = False
+    truncated: bool = False
+    output_bytes: int = 0
+
+
+class WebFetchDetails(msgspec.Struct, frozen=True, tag="web_fetch", kw_only=True):
+    url: str
+    status: int
+    content_type: str
+    bytes: int
+    truncated: bool = False
+
+
+class SkillDetails(msgspec.Struct, frozen=True, tag="skill", kw_only=True):
+    name: str
+    resource: str | None = None
+    bytes: int = 0
+
+
+class SpawnDetails(msgspec.Struct, frozen=True, tag="spawn", kw_only=True):
+    child_run_id: str
+    steps: int = 0
+
+
+ToolDetails = (
+    ReadDetails | WriteDetails | EditDetails | LsDetails | GlobDetails | GrepDetails
+    | ExecDetails | WebFetchDetails | SkillDetails | SpawnDetails
+)  # fmt: skip

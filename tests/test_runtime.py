@@ -13,7 +13,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from nanocrab.bus import EventLog, HandlerRuntime, Reactor, RuntimeOptions, TransientError, read
+from nanocrab.bus import (
+    Delivery,
+    EventLog,
+    HandlerRuntime,
+    Reactor,
+    RuntimeOptions,
+    TransientError,
+    read,
+)
 from nanocrab.events import (
     BusDeadLettered,
     BusMalformed,
@@ -180,7 +188,7 @@ class Flaky:
         self.failures = failures
         self.calls = 0
 
-    async def handle(self, event: Event) -> Sequence[Event]:
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         assert isinstance(event, TaskSubmitted)
         self.calls += 1
         if event.text == "poison":
@@ -244,7 +252,7 @@ class Slow:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def handle(self, event: Event) -> Sequence[Event]:
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         self.calls += 1
         await asyncio.sleep(2.5)
         return [RunStarted()]

@@ -10,15 +10,37 @@ from nanocrab.bus.errors import (
     TransientError,
 )
 from nanocrab.bus.log import Appended, EventLog, Expect, RawMessage
-from nanocrab.bus.reactor import Reactor
+from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.replay import Stored, Window, read, read_run
 from nanocrab.bus.runtime import HandlerRuntime, RuntimeOptions, stamp
 from nanocrab.bus.server import EmbeddedServer, server_binary
 from nanocrab.bus.subjects import Subjects, sanitize_token
 
 __all__ = [
-    "AppendConflict", "AppendRejected", "Appended", "BusConfig", "BusError", "EmbeddedServer",
-    "EventLog", "Expect", "HandlerRuntime", "RawMessage", "Reactor", "RuntimeOptions",
-    "ServerStartError", "Stored", "Subjects", "TransientError", "Window", "connect",
-    "ensure_streams", "read", "read_run", "sanitize_token", "server_binary", "stamp",
+    "AppendConflict",
+    "AppendRejected",
+    "Appended",
+    "BusConfig",
+    "BusError",
+    "Delivery",
+    "EmbeddedServer",
+    "EventLog",
+    "Expect",
+    "HandlerRuntime",
+    "RawMessage",
+    "Reaction",
+    "Reactor",
+    "RuntimeOptions",
+    "ServerStartError",
+    "Stored",
+    "Subjects",
+    "TransientError",
+    "Window",
+    "connect",
+    "ensure_streams",
+    "read",
+    "read_run",
+    "sanitize_token",
+    "server_binary",
+    "stamp",
 ]  # fmt: skip

@@ -199,6 +199,18 @@ class EventLog:
             raise BusError(f"no acknowledgement for {event.type} {event.id}: {exc!r}") from exc
         return Appended(event.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
 
+    async def append_nowait(self, event: Event) -> None:
+        """Publish without waiting for JetStream's acknowledgement.
+
+        For ephemeral progress (token deltas, output chunks): a lost chunk costs nothing, and
+        waiting for each ack would slow the producer down to the round-trip time.
+        """
+        _, subject, payload, headers = self.prepare(event)
+        try:
+            await self.nc.publish(subject, payload, headers=headers)
+        except nats.errors.Error as exc:
+            raise BusError(f"could not publish {event.type}: {exc!r}") from exc
+
     async def append_batch(self, events: Sequence[Event]) -> list[Appended]:
         """Pipeline many appends and wait (bounded) until all are acknowledged, in order.
 

@@ -3,9 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from nanocrab.bus.log import Expect
 from nanocrab.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where the event in hand sits in the log, and how often it has been delivered."""
+
+    seq: int
+    subject: str
+    deliveries: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """Reactions with a precondition: the first event is appended with ``expect`` and, if the log
+    moved on meanwhile (:class:`~nanocrab.bus.errors.AppendConflict`), the whole reaction is
+    dropped — the newer event will be handled in its turn and decide on fuller state."""
+
+    events: Sequence[Event] = field(default_factory=tuple)
+    expect: Expect | None = None
 
 
 class Reactor(Protocol):
@@ -22,4 +43,4 @@ class Reactor(Protocol):
     name: str
     consumes: tuple[type[Event], ...]
 
-    async def handle(self, event: Event) -> Sequence[Event]: ...
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction: ...

@@ -26,9 +26,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.errors import BusError, TransientError
+from nanocrab.bus.errors import AppendConflict, BusError, TransientError
 from nanocrab.bus.log import EventLog
-from nanocrab.bus.reactor import Reactor
+from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.subjects import sanitize_token
 from nanocrab.bus.tracing import context_from
 from nanocrab.events import (
@@ -67,6 +67,9 @@ class RuntimeOptions:
     max_deliver: int = 6
     backoff_s: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
     max_ack_pending: int = 1000
+    concurrency: int = 1
+    """Events handled at once. Above 1, events (even of one run) may be handled out of order:
+    only for reactors whose decisions are guarded (``Reaction.expect``) or independent."""
 
 
 def stamp(reactor_name: str, cause: Event, reactions: Sequence[Event]) -> list[Event]:
@@ -116,6 +119,9 @@ class HandlerRuntime:
         self._stopping = asyncio.Event()
         self.processed = 0
         self.dead_lettered = 0
+        self.superseded = 0
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(self.opts.concurrency)
 
     def consumer_config(self) -> ConsumerConfig:
         return ConsumerConfig(
@@ -151,18 +157,39 @@ class HandlerRuntime:
                 )
                 generation = reconnects.generation
                 while not self._stopping.is_set() and generation == reconnects.generation:
-                    msgs = await self._fetch(sub)
+                    if self.opts.concurrency == 1:
+                        for msg in await self._fetch(sub, self.opts.batch):
+                            await self._process(msg)
+                        continue
+                    await self._slots.acquire()
+                    free = 1
+                    while free < self.opts.batch and not self._slots.locked():
+                        await self._slots.acquire()
+                        free += 1
+                    msgs = await self._fetch(sub, free)
+                    for _ in range(free - len(msgs)):
+                        self._slots.release()
                     for msg in msgs:
-                        await self._process(msg)
+                        task = asyncio.create_task(self._process(msg))
+                        self._inflight.add(task)
+                        task.add_done_callback(self._done)
             except _CONNECTION_ERRORS as exc:
                 if self._stopping.is_set():
                     break
                 log.info("handler %s: re-subscribing after %r", self.durable, exc)
                 await self._wait_connected()
             finally:
+                if self._inflight:
+                    await asyncio.gather(*self._inflight, return_exceptions=True)
                 if sub is not None:
                     with contextlib.suppress(*_CONNECTION_ERRORS):
                         await sub.unsubscribe()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("handler %s: %r", self.durable, task.exception())
 
     async def _wait_connected(self) -> None:
         reconnects = reconnects_of(self.log.nc)
@@ -175,11 +202,11 @@ class HandlerRuntime:
             conn.cancel()
         await asyncio.sleep(0.1)
 
-    async def _fetch(self, sub: object) -> list[Msg]:
+    async def _fetch(self, sub: object, batch: int) -> list[Msg]:
         """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error."""
         fetch = asyncio.ensure_future(
             sub.fetch(  # type: ignore[attr-defined]
-                self.opts.batch,
+                batch,
                 timeout=self.opts.fetch_timeout_s,
                 heartbeat=min(1.0, self.opts.fetch_timeout_s / 4),
             )
@@ -229,7 +256,10 @@ class HandlerRuntime:
         ) as span:
             keepalive = asyncio.create_task(self._keep_alive(msg))
             try:
-                reactions = await self.reactor.handle(event)
+                result = await self.reactor.handle(
+                    event,
+                    Delivery(meta.sequence.stream, msg.subject, meta.num_delivered or 1),
+                )
             except TransientError as exc:
                 keepalive.cancel()
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
@@ -243,13 +273,29 @@ class HandlerRuntime:
                 return
             finally:
                 keepalive.cancel()
+            reaction = result if isinstance(result, Reaction) else Reaction(result)
             try:
-                await self.log.append_batch(stamp(self.durable, event, reactions))
+                await self._append(event, reaction)
             except EventDecodeError as exc:  # a reaction the codec refuses (e.g. oversized)
                 await self._dead_letter(msg, BusDeadLettered, "poison", f"reaction refused: {exc}")
                 return
             await msg.ack()
         self.processed += 1
+
+    async def _append(self, cause: Event, reaction: Reaction) -> None:
+        events = stamp(self.durable, cause, reaction.events)
+        if not events:
+            return
+        if reaction.expect is not None:
+            try:
+                await self.log.append(events[0], expect=reaction.expect)
+            except AppendConflict:
+                log.debug("handler %s: reaction to %s superseded by a newer event", self.durable,
+                          cause.id)  # fmt: skip
+                self.superseded += 1
+                return
+            events = events[1:]
+        await self.log.append_batch(events)
 
     async def _keep_alive(self, msg: Msg) -> None:
         """In-progress acks while a reactor works longer than a third of ``ack_wait``."""

@@ -1,5 +1,6 @@
 """The ``nanocrab`` command line (typer + rich)."""
 
+from nanocrab.cli import agent as _agent  # noqa: F401  (registers the agent commands)
 from nanocrab.cli.app import app
 
 

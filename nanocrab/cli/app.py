@@ -5,78 +5,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.logging import RichHandler
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 from sqlalchemy.exc import OperationalError
 
-from nanocrab.bus import BusError, EventLog, Stored, Window, read, read_run
-from nanocrab.bus.tracing import configure_tracing
+from nanocrab.bus import Stored, Window, read, read_run
+from nanocrab.cli.agent import check_text, new_task
+from nanocrab.cli.common import (
+    JsonOpt,
+    app,
+    console,
+    err,
+    projections_app,
+    run_async,
+    settings_or_exit,
+    setup,
+)
 from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
-from nanocrab.cli.settings import Settings
 from nanocrab.cli.status import gather_status
-from nanocrab.events import EventError, RunCompleted, RunFailed, TaskSubmitted, new_event_id
+from nanocrab.cli.wiring import build_reactors
 from nanocrab.projections import Projector, all_projections, list_dead_letters
-
-app = typer.Typer(
-    help="nanocrab: an event-sourced agent runtime on NATS JetStream.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-projections_app = typer.Typer(help="Read models built from the log.", no_args_is_help=True)
-app.add_typer(projections_app, name="projections")
-
-console = Console()
-err = Console(stderr=True)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per line, for machines.")]
-
-
-def _settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except ValueError as exc:
-        err.print(f"[bold red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
-
-
-def _setup(settings: Settings, service: str) -> None:
-    logging.basicConfig(
-        level=logging.WARNING,
-        handlers=[RichHandler(console=err, show_path=False)],
-        format="%(message)s",
-    )
-    configure_tracing(
-        service, exporter=settings.traces, console_path=settings.home / "traces.jsonl"
-    )
-
-
-def _run(coro: Any) -> Any:
-    try:
-        return asyncio.run(coro)
-    except BusError as exc:
-        err.print(f"[bold red]bus error:[/] {exc}")
-        raise typer.Exit(1) from exc
-    except EventError as exc:
-        err.print(f"[bold red]event refused:[/] {exc}")
-        raise typer.Exit(1) from exc
 
 
 @app.command()
 def up() -> None:
     """Run the embedded server (or use NANOCRAB_NATS_URL), every handler and every projector
     until Ctrl-C."""
-    settings = _settings()
-    _setup(settings, "nanocrab-up")
+    settings = settings_or_exit()
+    setup(settings, "nanocrab-up")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -89,7 +53,9 @@ def up() -> None:
             server,
         ):
             engine = engine_for(settings.db_url)
-            host = Host(log, engine)
+            host = Host(
+                log, engine, build_reactors(log, engine, settings, default_workspace=Path.cwd())
+            )
             await host.start()
             marker.write()
             where = server.url if server else settings.nats_url
@@ -107,18 +73,7 @@ def up() -> None:
                 await engine.dispose()
         console.print("[green]stopped cleanly[/]")
 
-    _run(main())
-
-
-def _check_text(text: str) -> None:
-    if not text.strip():
-        err.print("[red]the task text is empty[/]; say what the agent should do, in quotes")
-        raise typer.Exit(2)
-
-
-def _task(text: str, agent: str, run_id: str | None) -> TaskSubmitted:
-    rid = run_id or new_event_id()
-    return TaskSubmitted(text=text, agent=agent, run_id=rid, task_id=rid, source="cli")
+    run_async(main())
 
 
 @app.command()
@@ -131,12 +86,12 @@ def publish(
     json_: JsonOpt = False,
 ) -> None:
     """Publish a task.submitted event and print its run id (handlers pick it up when running)."""
-    _check_text(text)
-    settings = _settings()
+    check_text(text)
+    settings = settings_or_exit()
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            event = _task(text, agent, run_id)
+            event = new_task(text, agent, run_id)
             appended = await log.append(event)
         if json_:
             print_json(
@@ -158,76 +113,7 @@ def publish(
                     "[dim]no `nanocrab up` is running: it will be handled when one starts[/]"
                 )
 
-    _run(main())
-
-
-@app.command()
-def run(
-    text: Annotated[str, typer.Argument(help="The task, in plain words.")],
-    agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 120.0,
-    json_: JsonOpt = False,
-) -> None:
-    """Publish a task, show the run live, print the answer; exit 1 if the run fails.
-
-    Starts the runtime in this process when no `nanocrab up` serves the data directory."""
-    _check_text(text)
-    settings = _settings()
-    _setup(settings, "nanocrab-run")
-
-    async def main() -> int:
-        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            host: Host | None = None
-            engine = engine_for(settings.db_url)
-            if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
-                host = Host(log, engine)
-                await host.start()
-            try:
-                return await _follow_run(log, _task(text, agent, None), timeout, json_)
-            finally:
-                if host:
-                    await host.stop()
-                await engine.dispose()
-
-    raise typer.Exit(_run(main()))
-
-
-async def _follow_run(log: EventLog, task: TaskSubmitted, wait_s: float, json_: bool) -> int:
-    assert task.run_id is not None
-    await log.append(task)
-    seen: list[Stored] = []
-    outcome: RunCompleted | RunFailed | None = None
-
-    async def watch() -> None:
-        nonlocal outcome
-        async for s in read(log, log.subjects.run(task.run_id or ""), follow=True):
-            seen.append(s)
-            if json_:
-                print_json(console, stored_json(s))
-            else:
-                console.print(event_line(s))
-            if isinstance(s.event, RunCompleted | RunFailed):
-                outcome = s.event
-                return
-
-    try:
-        await asyncio.wait_for(watch(), wait_s)
-    except TimeoutError:
-        err.print(
-            f"[bold red]run {task.run_id} did not finish within {wait_s:.0f}s[/]; "
-            "is a handler running? try `nanocrab status`"
-        )
-        return 1
-    if json_:
-        return 0 if isinstance(outcome, RunCompleted) else 1
-    console.print()
-    console.print(timeline_table(task.run_id, seen))
-    if isinstance(outcome, RunCompleted):
-        console.print(f"\n[bold magenta]answer:[/] {outcome.reply}")
-        return 0
-    assert isinstance(outcome, RunFailed)
-    err.print(f"[bold red]run failed ({outcome.kind}):[/] {outcome.reason}")
-    return 1
+    run_async(main())
 
 
 @app.command()
@@ -242,7 +128,7 @@ def tail(
     json_: JsonOpt = False,
 ) -> None:
     """Follow events as they are appended (Ctrl-C to stop)."""
-    settings = _settings()
+    settings = settings_or_exit()
     if run_id and type_:
         err.print("[red]use --run or --type, not both[/] (a NATS filter has one subject)")
         raise typer.Exit(2)
@@ -265,19 +151,19 @@ def tail(
                 print_json(console, stored_json(s)) if json_ else console.print(event_line(s))
 
     with contextlib.suppress(KeyboardInterrupt):
-        _run(main())
+        run_async(main())
 
 
 @app.command()
 def replay(run_id: str, json_: JsonOpt = False) -> None:
     """Show every event of a run from the log, with timings and causes."""
-    settings = _settings()
+    settings = settings_or_exit()
 
     async def main() -> list[Stored]:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             return await read_run(log, run_id)
 
-    events = _run(main())
+    events = run_async(main())
     if not events:
         err.print(
             f"[red]no events for run {run_id!r}[/]; "
@@ -296,7 +182,7 @@ def projections_rebuild(
     name: Annotated[str | None, typer.Argument(help="One projection (default: all).")] = None,
 ) -> None:
     """Drop a projection and rebuild it from sequence 0, with progress."""
-    settings = _settings()
+    settings = settings_or_exit()
     chosen = [p for p in all_projections() if name in (None, p.name)]
     if not chosen:
         names = ", ".join(p.name for p in all_projections())
@@ -326,13 +212,13 @@ def projections_rebuild(
             finally:
                 await engine.dispose()
 
-    _run(main())
+    run_async(main())
 
 
 @app.command()
 def status(json_: JsonOpt = False) -> None:
     """Streams, handler consumers (pending, unacked, redelivered), projection lag, dead letters."""
-    settings = _settings()
+    settings = settings_or_exit()
 
     async def main() -> dict[str, Any]:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
@@ -344,7 +230,7 @@ def status(json_: JsonOpt = False) -> None:
             out["runtime_up"] = RuntimeMarker(settings.home).alive()
             return out
 
-    out = _run(main())
+    out = run_async(main())
     if json_:
         print_json(console, out)
         return
@@ -385,7 +271,7 @@ def dead_letters_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Messages handlers could not process: which handler, why, and where the bytes are."""
-    settings = _settings()
+    settings = settings_or_exit()
 
     async def main() -> list[dict[str, Any]]:
         engine = engine_for(settings.db_url)
@@ -396,7 +282,7 @@ def dead_letters_cmd(
         finally:
             await engine.dispose()
 
-    rows = _run(main())
+    rows = run_async(main())
     if json_:
         for row in rows:
             print_json(console, row)

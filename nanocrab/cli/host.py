@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -24,14 +25,9 @@ from nanocrab.bus import (
     RuntimeOptions,
     connect,
 )
-from nanocrab.handlers.echo import EchoReactor
 from nanocrab.projections import Projection, Projector, all_projections, make_engine
 
 log = logging.getLogger(__name__)
-
-
-def default_reactors() -> list[Reactor]:
-    return [EchoReactor()]
 
 
 @contextlib.asynccontextmanager
@@ -63,15 +59,25 @@ class Host:
 
     log: EventLog
     engine: AsyncEngine
-    reactors: Sequence[Reactor] = field(default_factory=default_reactors)
+    reactors: Sequence[Reactor]
     projections: Sequence[Projection] = field(default_factory=all_projections)
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
     runtimes: list[HandlerRuntime] = field(default_factory=list, init=False)
     projectors: list[Projector] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _background: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
     async def start(self) -> None:
-        self.runtimes = [HandlerRuntime(self.log, r, options=self.options) for r in self.reactors]
+        self.runtimes = [
+            HandlerRuntime(
+                self.log,
+                r,
+                options=dataclasses.replace(
+                    self.options, concurrency=getattr(r, "concurrency", self.options.concurrency)
+                ),
+            )
+            for r in self.reactors
+        ]
         self.projectors = [Projector(self.log, self.engine, p) for p in self.projections]
         for p in self.projectors:
             await p.setup()
@@ -81,10 +87,17 @@ class Host:
             *(asyncio.create_task(rt.run(), name=f"handler:{rt.durable}") for rt in self.runtimes),
             *(asyncio.create_task(p.run(), name=f"projector:{p.name}") for p in self.projectors),
         ]
+        self._background = [
+            asyncio.create_task(r.background(), name=f"background:{r.name}")  # type: ignore[attr-defined]
+            for r in self.reactors
+            if hasattr(r, "background")
+        ]
 
     async def stop(self, *, drain_s: float = 10.0) -> None:
         """Stop handlers (each finishes the event in hand), then bring every projection up to
         the end of the log (bounded by ``drain_s``) so read models are current on exit."""
+        for task in self._background:
+            task.cancel()
         for rt in self.runtimes:
             rt.stop()
         for p in self.projectors:

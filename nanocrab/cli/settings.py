@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
+from nanocrab import demo
 from nanocrab.bus import BusConfig
 from nanocrab.bus.tracing import TraceExporter
 from nanocrab.projections import default_url
@@ -21,6 +23,11 @@ class Settings(BaseModel):
                            e.g. ``postgresql+asyncpg://user@127.0.0.1:5432/nanocrab``
     ``NANOCRAB_TRACES``    ``console`` (to ``<home>/traces.jsonl``, default), ``otlp``, ``none``
     ``NANOCRAB_SYNC``      JetStream fsync policy of the embedded server: ``default`` or ``always``
+    ``ANTHROPIC_API_KEY``  use Claude; without it the offline scripted model answers
+    ``NANOCRAB_PROVIDER``  force ``anthropic`` or ``scripted``
+    ``NANOCRAB_MODEL``     the Claude model (default: the provider's)
+    ``NANOCRAB_SCRIPT``    the scripted model's YAML script (default: the bundled demo script)
+    ``NANOCRAB_WEB_ALLOW`` comma-separated hosts ``web_fetch`` may reach (default: none)
     """
 
     model_config = ConfigDict(frozen=True)
@@ -30,6 +37,12 @@ class Settings(BaseModel):
     db_url: str
     traces: TraceExporter
     sync: str
+    provider: Literal["anthropic", "scripted"]
+    anthropic_api_key: SecretStr | None = None
+    model: str = ""
+    script: Path
+    web_allow: tuple[str, ...] = ()
+    user_skills: Path
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -37,12 +50,30 @@ class Settings(BaseModel):
         traces = os.environ.get("NANOCRAB_TRACES", "console")
         if traces not in ("console", "otlp", "none"):
             raise ValueError(f"NANOCRAB_TRACES={traces!r}: use console, otlp or none")
+        key = os.environ.get("ANTHROPIC_API_KEY") or None
+        provider = os.environ.get("NANOCRAB_PROVIDER") or ("anthropic" if key else "scripted")
+        if provider not in ("anthropic", "scripted"):
+            raise ValueError(f"NANOCRAB_PROVIDER={provider!r}: use anthropic or scripted")
+        if provider == "anthropic" and not key:
+            raise ValueError("NANOCRAB_PROVIDER=anthropic needs ANTHROPIC_API_KEY")
+        script = Path(os.environ.get("NANOCRAB_SCRIPT") or demo.SCRIPT)
+        if provider == "scripted" and not script.is_file():
+            raise ValueError(f"NANOCRAB_SCRIPT={script}: no such file")
+        web_allow = tuple(
+            h.strip() for h in os.environ.get("NANOCRAB_WEB_ALLOW", "").split(",") if h.strip()
+        )
         return cls(
             home=home,
             nats_url=os.environ.get("NANOCRAB_NATS_URL") or None,
             db_url=os.environ.get("NANOCRAB_DB_URL") or default_url(home),
             traces=traces,  # type: ignore[arg-type]
             sync=os.environ.get("NANOCRAB_SYNC", "default"),
+            provider=provider,  # type: ignore[arg-type]
+            anthropic_api_key=SecretStr(key) if key else None,
+            model=os.environ.get("NANOCRAB_MODEL", ""),
+            script=script,
+            web_allow=web_allow,
+            user_skills=Path.home() / ".nanocrab" / "skills",
         )
 
     def bus(self) -> BusConfig:

@@ -13,6 +13,7 @@ class LlmRequested(Event, frozen=True, tag="llm.requested"):
     events (and the session's earlier runs), so requests stay small however long the run gets."""
 
     turn: int  # 0-based index of this model call within the run
+    delivers: list[str] = []  # ids of message.queued events (steer / follow-up) given to this turn
     tools: list[str] = []  # tools enabled for the run, by canonical name
     skills: list[str] = []  # skills in the catalogue (preloaded ones are in the task)
     provider: str = ""  # empty: the LLM handler's configured provider
@@ -43,6 +44,7 @@ class LlmFailed(Event, frozen=True, tag="llm.failed"):
     kind: Literal["overflow", "retryable", "fatal"]
     message: str
     turn: int = 0
+    will_retry: bool = False  # an attempt that failed; the handler tries again
     status_code: int | None = None
     attempts: int = 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+from nanocrab.bus import Delivery
 from nanocrab.events import Event, ReplySent, RunCompleted, RunStarted, TaskSubmitted
 
 Consumed = TaskSubmitted
@@ -19,7 +20,7 @@ class EchoReactor:
     name = "echo"
     consumes: tuple[type[Event], ...] = (TaskSubmitted,)
 
-    async def handle(self, event: Event) -> Sequence[Event]:
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         assert isinstance(event, self.consumes)
         return self.react(event)  # type: ignore[arg-type]
 

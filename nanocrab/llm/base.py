@@ -52,13 +52,31 @@ class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class LlmError(Exception):
-    """A classified model failure. ``status_code`` is the HTTP status when there was one."""
+    """A classified model failure. ``status_code`` is the HTTP status when there was one;
+    ``retry_after`` is the wait in seconds the server asked for (``retry-after``), when it did."""
 
-    def __init__(self, kind: LlmErrorKind, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: LlmErrorKind,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind: LlmErrorKind = kind
         self.message = message
         self.status_code = status_code
+        self.retry_after = retry_after
+
+
+class LlmConfigError(LlmError):
+    """A provider that cannot work as configured (unknown provider, bad script file, missing
+    credentials). Raised when the provider is built, so start-up fails with a message that says
+    what to fix instead of every run failing later. Always ``fatal``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("fatal", message)
 
 
 class Provider(Protocol):

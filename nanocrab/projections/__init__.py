@@ -8,6 +8,7 @@ from nanocrab.projections.deadletters import (
     list_dead_letters,
 )
 from nanocrab.projections.projector import Projector
+from nanocrab.projections.sessions import SessionsProjection, session_history
 from nanocrab.projections.timeline import (
     RunTimelineProjection,
     TimelineRow,
@@ -19,12 +20,26 @@ from nanocrab.projections.timeline import (
 
 def all_projections() -> list[Projection]:
     """Every read model this version ships, in rebuild order."""
-    return [RunTimelineProjection(), DeadLettersProjection()]
+    return [RunTimelineProjection(), DeadLettersProjection(), SessionsProjection()]
 
 
 __all__ = [
-    "DeadLettersProjection", "Projection", "ProjectionError", "Projector",
-    "RunTimelineProjection", "TimelineRow", "all_projections", "checkpoints", "dead_letters",
-    "default_url", "list_dead_letters", "make_engine", "metadata", "run_timeline",
-    "run_timeline_rows", "summarize",
+    "DeadLettersProjection",
+    "Projection",
+    "ProjectionError",
+    "Projector",
+    "RunTimelineProjection",
+    "SessionsProjection",
+    "TimelineRow",
+    "all_projections",
+    "checkpoints",
+    "dead_letters",
+    "default_url",
+    "list_dead_letters",
+    "make_engine",
+    "metadata",
+    "run_timeline",
+    "run_timeline_rows",
+    "session_history",
+    "summarize",
 ]  # fmt: skip

@@ -149,6 +149,13 @@ class Projector:
             return 0
         # throughput over latency: big batches, fewer round trips to the database thread
         queue, sub = await self._subscribe(idle_flush_s=0.25, size=self.catch_up_batch_size)
+        info = await sub.consumer_info()  # type: ignore[attr-defined]
+        if not info.num_pending and not info.delivered.consumer_seq and not queue.buf:
+            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
+                await sub.unsubscribe()  # type: ignore[attr-defined]
+            if progress:
+                progress(total, total)
+            return 0  # nothing after the checkpoint matches this projection
         batches: asyncio.Queue[list[Stored] | None] = asyncio.Queue(maxsize=2)
         applied = 0
 

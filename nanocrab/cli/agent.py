@@ -1,0 +1,264 @@
+"""Agent commands: ``run`` (publish a task and follow it live), ``demo``, ``cancel``, ``say``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanocrab import demo as demo_project
+from nanocrab.bus import EventLog, Stored, read, read_run
+from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit, setup
+from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
+from nanocrab.cli.live import print_line, usage_table
+from nanocrab.cli.render import print_json, stored_json, timeline_table
+from nanocrab.cli.settings import Settings
+from nanocrab.cli.wiring import build_reactors
+from nanocrab.events import (
+    MessageQueued,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    SessionArchived,
+    TaskSubmitted,
+    new_event_id,
+)
+from nanocrab.handlers.runstate import fold
+
+
+def check_text(text: str) -> None:
+    if not text.strip():
+        err.print("[red]the task text is empty[/]; say what the agent should do, in quotes")
+        raise typer.Exit(2)
+
+
+def new_task(
+    text: str,
+    agent: str,
+    run_id: str | None,
+    *,
+    workspace: Path | None = None,
+    session_id: str | None = None,
+) -> TaskSubmitted:
+    rid = run_id or new_event_id()
+    return TaskSubmitted(
+        text=text,
+        agent=agent,
+        run_id=rid,
+        task_id=rid,
+        session_id=session_id,
+        workspace=str(workspace.resolve()) if workspace else None,
+        source="cli",
+    )
+
+
+class SessionFile:
+    """``<home>/session``: the CLI's current session id (``/new`` moves it on)."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = home / "session"
+
+    def current(self) -> str:
+        try:
+            value = self.path.read_text().strip()
+        except FileNotFoundError:
+            value = ""
+        if not value:
+            value = new_event_id()
+            self.set(value)
+        return value
+
+    def set(self, session_id: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(session_id + "\n")
+
+
+Workspace = Annotated[
+    Path | None,
+    typer.Option(help="Directory the agent may work in (default: the current directory)."),
+]
+
+
+@app.command()
+def run(
+    text: Annotated[str, typer.Argument(help="The task, in plain words (or /help, /new).")],
+    agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
+    workspace: Workspace = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 600.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Publish a task, show the run live (turns, tool calls, tokens), print the answer.
+
+    Exits 1 if the run fails. Starts the agent runtime in this process when no `nanocrab up`
+    serves the data directory. Uses Claude when ANTHROPIC_API_KEY is set, else the offline
+    scripted model."""
+    check_text(text)
+    settings = settings_or_exit()
+    setup(settings, "nanocrab-run")
+    ws = (workspace or Path.cwd()).resolve()
+    if not ws.is_dir():
+        err.print(f"[red]workspace {ws} is not a directory[/]")
+        raise typer.Exit(2)
+    sessions = SessionFile(settings.home)
+    task = new_task(text, agent, None, workspace=ws, session_id=sessions.current())
+    raise typer.Exit(run_async(_run_task(settings, task, ws, timeout, json_, sessions)))
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(help="Keep the demo workspace afterwards.")] = True,
+) -> None:
+    """The main job: an agent fixes a small broken project in a temporary workspace (reads
+    files, edits one, runs the tests, answers), then the run's timeline and token usage."""
+    settings = settings_or_exit()
+    setup(settings, "nanocrab-demo")
+    ws = demo_project.make_workspace(Path(tempfile.mkdtemp(prefix="nanocrab-demo-")))
+    console.print(f"[dim]demo workspace: {ws} · model: {settings.provider}[/]")
+    task = new_task(demo_project.TASK, "default", None, workspace=ws, session_id=new_event_id())
+    code = run_async(_run_task(settings, task, ws, 300.0, False, None, timeline=True))
+    console.print(f"[dim]workspace kept at {ws}[/]" if keep else "")
+    if not keep:
+        import shutil
+
+        shutil.rmtree(ws, ignore_errors=True)
+    raise typer.Exit(code)
+
+
+async def _run_task(
+    settings: Settings,
+    task: TaskSubmitted,
+    workspace: Path,
+    wait_s: float,
+    json_: bool,
+    sessions: SessionFile | None,
+    *,
+    timeline: bool = False,
+) -> int:
+    async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+        engine = engine_for(settings.db_url)
+        host: Host | None = None
+        if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
+            host = Host(
+                log, engine, build_reactors(log, engine, settings, default_workspace=workspace)
+            )
+            await host.start()
+        try:
+            return await _follow(log, task, wait_s, json_, sessions, timeline=timeline)
+        finally:
+            if host:
+                await host.stop()
+            await engine.dispose()
+
+
+async def _follow(
+    log: EventLog,
+    task: TaskSubmitted,
+    wait_s: float,
+    json_: bool,
+    sessions: SessionFile | None,
+    *,
+    timeline: bool,
+) -> int:
+    assert task.run_id is not None
+    seen: list[Stored] = []
+    outcome: RunCompleted | RunFailed | RunCancelled | None = None
+
+    async def watch() -> None:
+        nonlocal outcome
+        async for s in read(log, log.subjects.run(task.run_id or ""), follow=True):
+            seen.append(s)
+            if json_:
+                print_json(console, stored_json(s))
+            else:
+                print_line(console, s)
+            if isinstance(s.event, SessionArchived) and sessions and s.event.next_session_id:
+                sessions.set(s.event.next_session_id)
+            if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
+                outcome = s.event
+                return
+
+    await log.append(task)
+    try:
+        await asyncio.wait_for(watch(), wait_s)
+    except TimeoutError:
+        err.print(
+            f"[bold red]run {task.run_id} did not finish within {wait_s:.0f}s[/]; it goes on in "
+            f"the background: `nanocrab replay {task.run_id}`, `nanocrab cancel {task.run_id}`"
+        )
+        return 1
+    if not json_:
+        if timeline:
+            console.print()
+            console.print(timeline_table(task.run_id, seen))
+        console.print(usage_table(seen))
+        if isinstance(outcome, RunCompleted):
+            console.print(f"\n[bold magenta]answer:[/] {outcome.reply}")
+    if isinstance(outcome, RunCompleted):
+        return 0
+    if isinstance(outcome, RunFailed):
+        err.print(f"[bold red]run failed ({outcome.kind}):[/] {outcome.reason}")
+    elif isinstance(outcome, RunCancelled):
+        err.print(f"[bold yellow]run cancelled[/] {outcome.reason}")
+    return 1
+
+
+async def _live_run(log: EventLog, run_id: str) -> None:
+    events = await read_run(log, run_id)
+    if not events:
+        err.print(
+            f"[red]no run {run_id!r}[/]; list runs with `nanocrab tail --all --type run.started`"
+        )
+        raise typer.Exit(1)
+    state = fold(run_id, [(s.seq, s.event) for s in events if s.event is not None])
+    if state.terminal:
+        err.print(f"[red]run {run_id} is already {state.status}[/]")
+        raise typer.Exit(1)
+
+
+@app.command()
+def cancel(
+    run_id: str,
+    reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "cancelled by user",
+) -> None:
+    """Cancel a running run: its in-flight tool is aborted and nothing further is decided."""
+    settings = settings_or_exit()
+
+    async def main() -> None:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            await _live_run(log, run_id)
+            who = os.environ.get("USER", "cli")
+            await log.append(RunCancelled(run_id=run_id, reason=reason, by=who, source="cli"))
+        console.print(f"[yellow]cancelled[/] run {run_id}")
+
+    run_async(main())
+
+
+@app.command()
+def say(
+    run_id: str,
+    text: Annotated[str, typer.Argument(help="The message.")],
+    steer: Annotated[
+        bool,
+        typer.Option(
+            "--steer/--follow-up",
+            help="--steer: deliver after the current tool call and skip the step's remaining "
+            "calls; --follow-up (default): a new turn after the current one ends.",
+        ),
+    ] = False,
+) -> None:
+    """Send a message to a live run."""
+    check_text(text)
+    settings = settings_or_exit()
+
+    async def main() -> None:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            await _live_run(log, run_id)
+            mode = "steer" if steer else "follow_up"
+            await log.append(MessageQueued(mode=mode, text=text, run_id=run_id, source="cli"))
+        console.print(f"queued {'steer' if steer else 'follow-up'} message for run {run_id}")
+
+    run_async(main())

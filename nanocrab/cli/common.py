@@ -1,0 +1,64 @@
+"""What every command shares: the typer app, consoles, settings, error reporting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from nanocrab.bus import BusError
+from nanocrab.bus.tracing import configure_tracing
+from nanocrab.cli.settings import Settings
+from nanocrab.events import EventError
+from nanocrab.llm.base import LlmConfigError
+from nanocrab.skills import SkillError
+
+app = typer.Typer(
+    help="nanocrab: an event-sourced agent runtime on NATS JetStream.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+projections_app = typer.Typer(help="Read models built from the log.", no_args_is_help=True)
+app.add_typer(projections_app, name="projections")
+
+console = Console()
+err = Console(stderr=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per line, for machines.")]
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        err.print(f"[bold red]configuration error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def setup(settings: Settings, service: str) -> None:
+    logging.basicConfig(
+        level=logging.WARNING,
+        handlers=[RichHandler(console=err, show_path=False)],
+        format="%(message)s",
+    )
+    configure_tracing(
+        service, exporter=settings.traces, console_path=settings.home / "traces.jsonl"
+    )
+
+
+def run_async(coro: Any) -> Any:
+    try:
+        return asyncio.run(coro)
+    except BusError as exc:
+        err.print(f"[bold red]bus error:[/] {exc}")
+        raise typer.Exit(1) from exc
+    except EventError as exc:
+        err.print(f"[bold red]event refused:[/] {exc}")
+        raise typer.Exit(1) from exc
+    except (LlmConfigError, SkillError) as exc:
+        err.print(f"[bold red]configuration error:[/] {exc}")
+        raise typer.Exit(2) from exc

@@ -1,0 +1,72 @@
+"""Builds the agent runtime's handlers from settings: provider, tools, skills, workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import EventLog, Reactor
+from nanocrab.bus.artifacts import JetStreamArtifacts
+from nanocrab.cli.settings import Settings
+from nanocrab.handlers.conversation import history_messages
+from nanocrab.handlers.executor import Executor
+from nanocrab.handlers.llm import LlmHandler
+from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
+from nanocrab.handlers.policy import BasicPolicy
+from nanocrab.llm import AnthropicProvider, ScriptedProvider
+from nanocrab.llm.base import Message, Provider
+from nanocrab.projections import session_history
+from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
+from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
+
+
+def make_provider(settings: Settings) -> Provider:
+    if settings.provider == "anthropic":
+        assert settings.anthropic_api_key is not None
+        options = {"model": settings.model} if settings.model else {}
+        return AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value(), **options)
+    return ScriptedProvider.from_yaml(settings.script)
+
+
+def build_reactors(
+    log: EventLog,
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    default_workspace: Path | None = None,
+    provider: Provider | None = None,
+) -> list[Reactor]:
+    """The agent loop: orchestrator, policy, executor, LLM handler."""
+    workspace = default_workspace or (settings.home / "workspace")
+    workspace.mkdir(parents=True, exist_ok=True)
+    skills = SkillLibrary.discover(
+        default_skill_dirs(workspace=None, user_dir=settings.user_skills)
+    )
+    registry = ToolRegistry(
+        [*default_tools(web_allow=settings.web_allow), SkillTool(skills), SpawnTool()]
+    )
+
+    async def history(session_id: str, run_id: str) -> list[Message]:
+        return history_messages(await session_history(engine, session_id, run_id))
+
+    return [
+        Orchestrator(log),
+        BasicPolicy(log, default_workspace=workspace),
+        Executor(
+            log,
+            registry=registry,
+            ops=LocalOperations(),
+            artifacts=JetStreamArtifacts(log),
+            default_workspace=workspace,
+        ),
+        LlmHandler(
+            log,
+            provider=provider or make_provider(settings),
+            registry=registry,
+            default_workspace=workspace,
+            model=settings.model,
+            skills=skills,
+            history=history,
+        ),
+    ]

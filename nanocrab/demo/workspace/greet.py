@@ -1,0 +1,5 @@
+"""Greetings for the crab service."""
+
+
+def greet(name: str) -> str:
+    return "Hello " + name

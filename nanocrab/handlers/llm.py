@@ -1,0 +1,223 @@
+"""The LLM handler: one model call per ``llm.requested``, every attempt on the record.
+
+Consumes ``llm.requested``; rebuilds the conversation from the run's events (plus earlier runs
+of its session), calls the provider with streaming, forwards text deltas to the ephemeral stream
+and emits ``llm.responded`` (content, stop reason, usage, cost, latency). Failures are typed:
+retryable ones are retried with exponential backoff, each failed attempt recorded as
+``llm.failed(will_retry=True)``; a context overflow is compacted once (``context.compacted``:
+older turns summarised, recent ones kept) and retried; anything else ends in ``llm.failed``,
+which the orchestrator turns into ``run.failed``. A request whose turn already has an outcome is
+a redelivery and emits nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from nanocrab.bus import Delivery, EventLog
+from nanocrab.events import ContextCompacted, Event, LlmDelta, LlmFailed, LlmRequested, LlmResponded
+from nanocrab.handlers import conversation
+from nanocrab.handlers.prompt import system_prompt
+from nanocrab.handlers.runloader import RunLoader
+from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.workspace import workspace_of
+from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
+from nanocrab.skills import SkillLibrary
+from nanocrab.tools.registry import ToolRegistry
+
+SessionHistory = Callable[[str, str], Awaitable[list[Message]]]
+"""(session_id, current run_id) → earlier messages of the session, oldest first."""
+
+_DELTA_FLUSH_CHARS = 200
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, LlmError) and exc.kind == "retryable"
+
+
+class LlmHandler:
+    name = "llm"
+    consumes: tuple[type[Event], ...] = (LlmRequested,)
+    concurrency = 32  # model calls are slow; many runs wait on them at once
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        provider: Provider,
+        registry: ToolRegistry,
+        default_workspace: Path,
+        model: str = "",
+        skills: SkillLibrary | None = None,
+        history: SessionHistory | None = None,
+        max_attempts: int = 4,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+    ) -> None:
+        self.log = log
+        self.loader = RunLoader(log)
+        self.provider = provider
+        self.registry = registry
+        self.default_workspace = default_workspace
+        self.model = model
+        self.skills = skills
+        self.history = history
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        assert isinstance(event, LlmRequested) and event.run_id
+        state = await self.loader.state(event.run_id)
+        turn = next((t for t in reversed(state.turns) if t.index == event.turn), None)
+        if state.task is None or state.terminal or turn is None:
+            return []
+        if turn.response is not None or turn.failure is not None:
+            return []
+        history: list[Message] = []
+        if self.history is not None and state.task.session_id and not state.task.parent_run_id:
+            history = await self.history(state.task.session_id, state.run_id)
+        out: list[Event] = []
+        compacted = False
+        while True:
+            request = self._request(state, event, history)
+            try:
+                out.append(await self._call(request, event, out))
+                return out
+            except LlmError as exc:
+                if exc.kind == "overflow" and not compacted:
+                    compaction = self._compact(state)
+                    if compaction is not None:
+                        out.append(compaction)
+                        state = dataclasses.replace(state, compaction=compaction)
+                        compacted = True
+                        continue
+                out.append(
+                    LlmFailed(
+                        kind=exc.kind,
+                        message=exc.message,
+                        status_code=exc.status_code,
+                        attempts=sum(isinstance(e, LlmFailed) for e in out) + 1,
+                        turn=event.turn,
+                    )
+                )
+                return out
+
+    async def _call(self, request: ModelRequest, event: LlmRequested, out: list[Event]) -> Event:
+        deltas = _Deltas(self.log, event)
+
+        def record(attempt: RetryCallState) -> None:
+            exc = attempt.outcome.exception() if attempt.outcome else None
+            if isinstance(exc, LlmError):
+                out.append(
+                    LlmFailed(
+                        kind=exc.kind,
+                        message=exc.message,
+                        status_code=exc.status_code,
+                        attempts=attempt.attempt_number,
+                        turn=event.turn,
+                        will_retry=True,
+                    )
+                )
+
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(self.max_attempts),
+            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
+            before_sleep=record,
+            reraise=True,
+        ):
+            with attempt:
+                started = time.perf_counter()
+                response = await self.provider.complete(request, on_delta=deltas.add)
+                await deltas.flush()
+        return LlmResponded(
+            provider=self.provider.name,
+            model=response.model or request.model,
+            content=list(response.content),
+            stop_reason=response.stop_reason,
+            usage=response.usage,
+            cost_usd=response.cost_usd,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            turn=event.turn,
+        )
+
+    def _request(
+        self, state: RunState, event: LlmRequested, history: list[Message]
+    ) -> ModelRequest:
+        assert state.task is not None
+        known = set(self.registry.names())
+        tools = [t for t in event.tools if t in known]
+        return ModelRequest(
+            system=system_prompt(
+                state.task,
+                tools=tools,
+                workspace=workspace_of(state.task, self.default_workspace),
+                registry=self.registry,
+                skills=self.skills,
+            ),
+            messages=conversation.messages(state, history),
+            tools=self.registry.specs(tools),
+            model=event.model or self.model,
+            run_id=state.run_id,
+            turn=event.turn,
+            task=state.task.text,
+        )
+
+    @staticmethod
+    def _compact(state: RunState) -> ContextCompacted | None:
+        answered = [t for t in state.turns if t.response is not None]
+        already = state.compaction.turns_summarised if state.compaction else 0
+        cut = len(answered) - conversation.KEEP_TURNS
+        if cut <= already:
+            return None
+        summary = conversation.summarise_turns(answered[:cut])
+        if state.compaction is not None:
+            summary = (
+                f"{state.compaction.summary}\n{conversation.summarise_turns(answered[already:cut])}"
+            )
+        return ContextCompacted(
+            summary=summary,
+            turns_summarised=cut,
+            upto_event_id=answered[cut - 1].response.id if answered[cut - 1].response else "",
+        )
+
+
+class _Deltas:
+    """Coalesces streamed text into a few ``llm.delta`` events (best effort, never awaited)."""
+
+    def __init__(self, log: EventLog, event: LlmRequested) -> None:
+        self.log = log
+        self.event = event
+        self.buffer: list[str] = []
+        self.size = 0
+        self.index = 0
+
+    async def add(self, text: str) -> None:
+        self.buffer.append(text)
+        self.size += len(text)
+        if self.size >= _DELTA_FLUSH_CHARS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.buffer:
+            return
+        text, self.buffer, self.size = "".join(self.buffer), [], 0
+        await self.log.append_nowait(
+            LlmDelta(
+                index=self.index, text=text, run_id=self.event.run_id, source="llm",
+                causation_id=self.event.id, step_id=self.event.step_id,
+            )
+        )  # fmt: skip
+        self.index += 1

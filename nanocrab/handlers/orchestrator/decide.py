@@ -1,0 +1,214 @@
+"""The run state machine as a pure function: ``decide(state, now) -> events``.
+
+Given everything a run's log says, what happens next? The orchestrator's reactor calls this
+after every event of the run and appends the answer guarded by the run's last sequence, so a
+redelivery or a second orchestrator instance can never decide twice for one state.
+
+Flow: ``task.submitted`` → ``run.started`` + ``llm.requested(0)`` → ``llm.responded`` → its tool
+calls one at a time (``tool.requested`` → policy → executor → ``tool.completed``) → next
+``llm.requested`` … → an answer without tool calls → ``reply.sent`` + ``run.completed``.
+Steering skips the step's remaining calls and delivers the message to the next turn; follow-ups
+are delivered after a turn that ends without tool calls.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+
+from nanocrab.agents import enabled_tools, profile
+from nanocrab.events import (
+    Event,
+    LlmRequested,
+    ReplySent,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SpawnDetails,
+    SubagentCompleted,
+    SubagentSpawned,
+    TaskSubmitted,
+    TextBlock,
+    ToolCompleted,
+    ToolRequested,
+    ToolSkipped,
+    derive_event_id,
+)
+from nanocrab.handlers.conversation import text_of
+from nanocrab.handlers.orchestrator.commands import run_command
+from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS, SpawnArgs
+from nanocrab.handlers.runstate import CallState, RunState
+
+
+def max_steps(state: RunState) -> int:
+    assert state.task is not None
+    if state.started is not None and state.started.max_steps:
+        return state.started.max_steps
+    return state.task.max_steps or profile(state.task.agent).max_steps
+
+
+def deadline(state: RunState) -> datetime | None:
+    if state.started is None or state.task is None:
+        return None
+    return state.started.time + timedelta(seconds=profile(state.task.agent).timeout_s)
+
+
+def decide(state: RunState, now: datetime) -> list[Event]:
+    task = state.task
+    if task is None:
+        return []
+    if state.terminal:
+        return _cascade_cancel(state) if state.status == "cancelled" else []
+    if state.status == "new":
+        if task.text.strip().startswith("/"):
+            return run_command(state)
+        prof = profile(task.agent)
+        return [
+            RunStarted(
+                agent=prof.name,
+                parent_run_id=task.parent_run_id,
+                max_steps=task.max_steps or prof.max_steps,
+            ),
+            _request(state, 0, []),
+        ]
+    if (limit := deadline(state)) is not None and now > limit:
+        return _finish_failed(
+            state, "timeout", f"the run exceeded its time limit ({limit:%H:%M:%S})"
+        )
+    turn = state.current
+    if turn is None:
+        return [_request(state, 0, [])]
+    if turn.failure is not None:
+        reason = f"the model call failed ({turn.failure.kind}): {turn.failure.message}"
+        return _finish_failed(state, "llm", reason)
+    if turn.response is None:
+        return []  # waiting for the model
+    steer = state.pending("steer")
+    out: list[Event] = []
+    for call in turn.calls:
+        if call.finished:
+            continue
+        if call.requested is None:
+            if steer:
+                out.append(ToolSkipped(call_id=call.call_id, tool=call.tool, reason="steered"))
+                continue
+            out.append(
+                ToolRequested(call_id=call.call_id, tool=call.tool, arguments=call.arguments)
+            )
+            return out  # one call at a time: a steer can still skip the rest
+        if call.tool in NATIVE_TOOLS and call.grant is not None and call.child_run_id is None:
+            return out + _spawn(state, call)
+        return out  # waiting for the tool (or its grant)
+    if turn.calls:
+        if len(state.turns) >= max_steps(state):
+            return out + _finish_failed(
+                state, "max_steps", f"stopped after {len(state.turns)} steps"
+            )
+        return [*out, _request(state, turn.index + 1, [m.id for m in steer])]
+    follow = state.pending("follow_up") + steer
+    answer = text_of(turn.response.content)
+    if follow:
+        if len(state.turns) >= max_steps(state):
+            return _finish_failed(state, "max_steps", f"stopped after {len(state.turns)} steps")
+        return [ReplySent(text=answer), _request(state, turn.index + 1, [m.id for m in follow])]
+    return _finish_completed(state, answer)
+
+
+def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
+    assert state.task is not None
+    return LlmRequested(
+        turn=turn,
+        delivers=delivers,
+        tools=enabled_tools(state.task.agent, state.task.tools),
+        step_id=f"{state.run_id}.{turn}",
+    )
+
+
+def _finish_completed(state: RunState, answer: str) -> list[Event]:
+    steps = len(state.turns)
+    return [
+        ReplySent(text=answer),
+        RunCompleted(reply=answer, steps=steps),
+        *_to_parent(state, answer, is_error=False),
+    ]
+
+
+def _finish_failed(state: RunState, kind: str, reason: str) -> list[Event]:
+    return [
+        RunFailed(kind=kind, reason=reason),  # type: ignore[arg-type]
+        *_to_parent(state, f"The subagent failed ({kind}): {reason}", is_error=True),
+    ]
+
+
+def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
+    """A child run's outcome, delivered to its parent as the result of the ``spawn`` call."""
+    task = state.task
+    if task is None or not task.parent_run_id or not task.parent_call_id:
+        return []
+    parent = {"run_id": task.parent_run_id, "session_id": task.parent_run_id}
+    return [
+        SubagentCompleted(child_run_id=state.run_id, result=result, is_error=is_error, **parent),
+        ToolCompleted(
+            call_id=task.parent_call_id,
+            tool="spawn",
+            is_error=is_error,
+            error_kind="failed" if is_error else None,
+            content=[TextBlock(result or "(the subagent gave no answer)")],
+            details=SpawnDetails(child_run_id=state.run_id, steps=len(state.turns)),
+            **parent,
+        ),
+    ]
+
+
+def _spawn(state: RunState, call: CallState) -> list[Event]:
+    assert state.task is not None
+    try:
+        args = SpawnArgs.model_validate(call.arguments)
+    except ValidationError as exc:
+        return [
+            ToolCompleted(
+                call_id=call.call_id,
+                tool=call.tool,
+                is_error=True,
+                error_kind="invalid_arguments",
+                content=[TextBlock(f"invalid spawn arguments: {exc}")],
+            )
+        ]
+    child = derive_event_id("spawn", call.call_id, 0)
+    mine = set(enabled_tools(state.task.agent, state.task.tools))
+    tools = [t for t in enabled_tools(args.agent, args.tools) if t in mine and t != "spawn"]
+    return [
+        SubagentSpawned(
+            child_run_id=child,
+            task=args.task,
+            tools=tools,
+            skills=args.skills,
+            call_id=call.call_id,
+        ),
+        TaskSubmitted(
+            text=args.task,
+            agent=args.agent,
+            parent_run_id=state.run_id,
+            parent_call_id=call.call_id,
+            tools=tools,
+            skills=args.skills,
+            workspace=state.task.workspace,
+            run_id=child,
+            task_id=state.task.task_id,
+            session_id=child,
+        ),
+    ]
+
+
+def _cascade_cancel(state: RunState) -> list[Event]:
+    """A run cancelled just now cancels its running children, once."""
+    if not state.events or state.events[-1] is not state.outcome:
+        return []
+    reason = "the parent run was cancelled"
+    return [
+        RunCancelled(run_id=child, reason=reason, by=state.run_id, session_id=child)
+        for child, call_id in state.children.items()
+        if (c := state.call(call_id)) is None or not c.finished
+    ]

@@ -1,0 +1,78 @@
+"""The orchestrator on the bus: folds the run, decides, appends guarded by the run's sequence.
+
+Consumes every durable event of every run (so it wakes up for whatever moves a run forward) and
+emits the decisions of :func:`decide`. Each decision is appended with an expected last sequence
+on the whole run (``Nats-Expected-Last-Subject-Sequence-Subject``): if anything was appended to
+the run since the state was loaded, the decision is dropped and the newer event decides instead.
+So redeliveries, restarts and several orchestrator instances never make two decisions for one
+state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from nanocrab.bus import AppendConflict, Delivery, EventLog, Expect, Reaction
+from nanocrab.bus.errors import BusError
+from nanocrab.bus.runtime import stamp
+from nanocrab.events import EVENT_TYPES, Event, utcnow
+from nanocrab.handlers.orchestrator.decide import deadline, decide
+from nanocrab.handlers.runloader import RunLoader
+
+log = logging.getLogger(__name__)
+
+RUN_EVENTS: tuple[type[Event], ...] = tuple(
+    cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
+)
+
+
+class Orchestrator:
+    name = "orchestrator"
+    consumes = RUN_EVENTS
+
+    def __init__(
+        self, log_: EventLog, *, name: str = "orchestrator", watchdog_interval_s: float = 1.0
+    ) -> None:
+        self.name = name
+        self.log = log_
+        self.loader = RunLoader(log_)
+        self.watchdog_interval_s = watchdog_interval_s
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
+        if event.run_id is None:
+            return []
+        state = await self.loader.state(event.run_id)
+        decision = decide(state, utcnow())
+        if state.terminal and not decision:
+            self.loader.forget(event.run_id)
+        if not decision:
+            return []
+        return Reaction(decision, expect=Expect(state.seq, self.loader.scope(event.run_id)))
+
+    async def background(self) -> None:
+        """Time-outs: nothing else wakes up a run whose tool or model never answers."""
+        while True:
+            await asyncio.sleep(self.watchdog_interval_s)
+            now = utcnow()
+            for cached in self.loader.cached():
+                limit = deadline(cached)
+                if cached.terminal or limit is None or now <= limit or cached.task is None:
+                    continue
+                with contextlib.suppress(BusError):
+                    await self._wake(cached.run_id)
+
+    async def _wake(self, run_id: str) -> None:
+        state = await self.loader.state(run_id)
+        decision = decide(state, utcnow())
+        if not decision or not state.events:
+            return
+        cause = state.events[-1]
+        events = stamp(self.name, cause, decision)
+        try:
+            await self.log.append(events[0], expect=Expect(state.seq, self.loader.scope(run_id)))
+        except AppendConflict:
+            return
+        await self.log.append_batch(events[1:])

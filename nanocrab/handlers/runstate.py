@@ -1,0 +1,192 @@
+"""A run's state, folded from its events. Shared by the orchestrator, policy, executor and LLM
+handler, so they all read one truth: the log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from nanocrab.events import (
+    ContextCompacted,
+    Event,
+    GrantDenied,
+    GrantIssued,
+    GrantRevoked,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    MessageQueued,
+    ReplySent,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SubagentCompleted,
+    SubagentSpawned,
+    TaskSubmitted,
+    ToolCompleted,
+    ToolRequested,
+    ToolSkipped,
+    ToolStarted,
+    ToolUseBlock,
+)
+
+Status = Literal["new", "running", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[Status] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass
+class CallState:
+    """One tool call the model asked for, from request to result."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, object]
+    requested: ToolRequested | None = None
+    grant: GrantIssued | None = None
+    denied: GrantDenied | None = None
+    started: ToolStarted | None = None
+    completed: ToolCompleted | None = None
+    skipped: ToolSkipped | None = None
+    child_run_id: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.completed or self.skipped or self.denied)
+
+
+@dataclass
+class TurnState:
+    """One model call (``llm.requested`` → ``llm.responded``) and the tool calls it asked for."""
+
+    index: int
+    request: LlmRequested
+    response: LlmResponded | None = None
+    failure: LlmFailed | None = None
+    calls: list[CallState] = field(default_factory=list)
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        if self.response is None:
+            return []
+        return [b for b in self.response.content if isinstance(b, ToolUseBlock)]
+
+
+@dataclass
+class RunState:
+    run_id: str
+    task: TaskSubmitted | None = None
+    started: RunStarted | None = None
+    status: Status = "new"
+    turns: list[TurnState] = field(default_factory=list)
+    compaction: ContextCompacted | None = None
+    queued: list[MessageQueued] = field(default_factory=list)  # not yet delivered, in order
+    delivered: set[str] = field(default_factory=set)  # ids of message.queued delivered
+    reply: ReplySent | None = None
+    outcome: RunCompleted | RunFailed | RunCancelled | None = None
+    revoked: set[str] = field(default_factory=set)
+    children: dict[str, str] = field(default_factory=dict)  # child run id -> parent call id
+    last_time: datetime | None = None
+    events: list[Event] = field(default_factory=list)
+    seq: int = 0  # stream sequence of the last folded event
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def current(self) -> TurnState | None:
+        return self.turns[-1] if self.turns else None
+
+    def call(self, call_id: str) -> CallState | None:
+        for turn in reversed(self.turns):
+            for c in turn.calls:
+                if c.call_id == call_id:
+                    return c
+        return None
+
+    def message(self, message_id: str) -> MessageQueued | None:
+        return next((m for m in self.queued if m.id == message_id), None)
+
+    def pending(self, mode: Literal["steer", "follow_up"]) -> list[MessageQueued]:
+        return [m for m in self.queued if m.mode == mode and m.id not in self.delivered]
+
+    def apply(self, event: Event, seq: int = 0) -> None:
+        """Fold one event in (events must come in log order)."""
+        self.events.append(event)
+        self.seq = max(self.seq, seq)
+        self.last_time = event.time
+        match event:
+            case TaskSubmitted():
+                self.task = self.task or event
+            case RunStarted():
+                self.started = event
+                if self.status == "new":
+                    self.status = "running"
+            case LlmRequested():
+                self.turns.append(TurnState(index=event.turn, request=event))
+                self.delivered.update(event.delivers)
+            case LlmResponded():
+                turn = self._turn(event.turn)
+                if turn is not None and turn.response is None:
+                    turn.response = event
+                    turn.calls = [CallState(b.id, b.name, dict(b.input)) for b in turn.tool_uses]
+            case LlmFailed():
+                turn = self._turn(event.turn)
+                if turn is not None and not event.will_retry:
+                    turn.failure = event
+            case ContextCompacted():
+                self.compaction = event
+            case ToolRequested():
+                if (c := self.call(event.call_id)) is not None:
+                    c.requested = event
+            case GrantIssued():
+                if (c := self.call(event.call_id)) is not None:
+                    c.grant = event
+            case GrantDenied():
+                if (c := self.call(event.call_id)) is not None:
+                    c.denied = event
+            case GrantRevoked():
+                self.revoked.add(event.grant_id)
+            case ToolStarted():
+                if (c := self.call(event.call_id)) is not None:
+                    c.started = event
+            case ToolCompleted():
+                if (c := self.call(event.call_id)) is not None and c.completed is None:
+                    c.completed = event
+            case ToolSkipped():
+                if (c := self.call(event.call_id)) is not None:
+                    c.skipped = event
+            case SubagentSpawned():
+                if event.call_id and (c := self.call(event.call_id)) is not None:
+                    c.child_run_id = event.child_run_id
+                self.children[event.child_run_id] = event.call_id or ""
+            case SubagentCompleted():
+                pass
+            case MessageQueued():
+                self.queued.append(event)
+            case ReplySent():
+                self.reply = event
+            case RunCompleted():
+                self.outcome, self.status = event, "completed"
+            case RunFailed():
+                self.outcome, self.status = event, "failed"
+            case RunCancelled():
+                if not self.terminal:
+                    self.outcome, self.status = event, "cancelled"
+            case _:
+                pass
+
+    def _turn(self, index: int) -> TurnState | None:
+        for t in reversed(self.turns):
+            if t.index == index:
+                return t
+        return None
+
+
+def fold(run_id: str, events: list[tuple[int, Event]]) -> RunState:
+    state = RunState(run_id)
+    for seq, event in events:
+        state.apply(event, seq)
+    return state

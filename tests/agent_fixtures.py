@@ -1,0 +1,101 @@
+"""Wiring the real agent loop (orchestrator, policy, executor, LLM handler) for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import EventLog, Reactor, RuntimeOptions, read, read_run
+from nanocrab.bus.artifacts import JetStreamArtifacts
+from nanocrab.cli.host import Host
+from nanocrab.events import (
+    Event,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    TaskSubmitted,
+    new_event_id,
+)
+from nanocrab.handlers.conversation import history_messages
+from nanocrab.handlers.executor import Executor
+from nanocrab.handlers.llm import LlmHandler
+from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
+from nanocrab.handlers.policy import BasicPolicy
+from nanocrab.llm.base import Message, Provider
+from nanocrab.projections import session_history
+from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
+from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
+
+FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=5.0, backoff_s=(0.1, 0.2), max_deliver=4)
+
+
+def registry() -> ToolRegistry:
+    skills = SkillLibrary.discover([bundled_skills_dir()])
+    return ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool()])
+
+
+def agent_reactors(
+    log: EventLog,
+    engine: AsyncEngine,
+    provider: Provider,
+    workspace: Path,
+    *,
+    policy: bool = True,
+    orchestrators: Sequence[str] = ("orchestrator",),
+) -> list[Reactor]:
+    reg = registry()
+
+    async def history(session_id: str, run_id: str) -> list[Message]:
+        return history_messages(await session_history(engine, session_id, run_id))
+
+    reactors: list[Reactor] = [Orchestrator(log, name=n) for n in orchestrators]
+    if policy:
+        reactors.append(BasicPolicy(log, default_workspace=workspace))
+    reactors += [
+        Executor(log, registry=reg, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
+                 default_workspace=workspace, tool_timeout_s=20),
+        LlmHandler(log, provider=provider, registry=reg, default_workspace=workspace,
+                   skills=SkillLibrary.discover([bundled_skills_dir()]), history=history,
+                   backoff_s=0.01, backoff_max_s=0.05),
+    ]  # fmt: skip
+    return reactors
+
+
+@contextlib.asynccontextmanager
+async def running_host(
+    log: EventLog, engine: AsyncEngine, reactors: Sequence[Reactor]
+) -> AsyncIterator[Host]:
+    host = Host(log, engine, reactors, options=FAST)
+    await host.start()
+    try:
+        yield host
+    finally:
+        await host.stop(drain_s=5)
+
+
+def submit(text: str, workspace: Path, **kw: object) -> TaskSubmitted:
+    rid = new_event_id()
+    return TaskSubmitted(
+        text=text, run_id=rid, task_id=rid, workspace=str(workspace),
+        session_id=kw.pop("session_id", None) or new_event_id(), **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+async def finished(log: EventLog, run_id: str, timeout: float = 30.0) -> list[Event]:
+    """Wait for the run's terminal event; return all of its events."""
+
+    async def wait() -> None:
+        async for s in read(log, log.subjects.run(run_id), follow=True):
+            if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
+                return
+
+    await asyncio.wait_for(wait(), timeout)
+    return [s.event for s in await read_run(log, run_id) if s.event is not None]
+
+
+def of_type(events: Sequence[Event], cls: type) -> list:  # type: ignore[type-arg]
+    return [e for e in events if isinstance(e, cls)]

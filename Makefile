@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
-TASK   ?= Summarise what nanocrab records for every agent action
 
 .PHONY: install run test lint bench clean
 
@@ -15,10 +14,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The main job: an end-to-end run on the embedded nats-server (no API key), its timeline, status.
+## The main job: an agent fixes a small project in a temporary workspace on the embedded
+## nats-server (offline model without ANTHROPIC_API_KEY), then its timeline and token usage.
 run: install
-	$(BIN)/nanocrab run "$(TASK)"
-	$(BIN)/nanocrab status
+	$(BIN)/nanocrab demo
 
 ## Lint, then the whole suite against a real nats-server (from the wheel), SQLite and PostgreSQL.
 test: install

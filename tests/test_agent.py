@@ -121,6 +121,7 @@ async def test_an_orchestrator_killed_mid_run_and_restarted_makes_no_duplicate_s
 
         await eventually(first_tool_done)
         crashed.cancel()  # killed, not stopped: whatever it was doing is cut off
+        first.stop()  # Python 3.11's wait_for can swallow a cancel (bpo-42130); then it just ends
         await asyncio.gather(crashed, return_exceptions=True)
         second = HandlerRuntime(log, Orchestrator(log), options=FAST)
         resumed = asyncio.create_task(second.run())

@@ -51,28 +51,28 @@ def home(tmp_path: Path) -> Path:
 
 
 def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> None:
-    done = cli(home, "run", "hello crab")
+    done = cli(home, "run", "hello crab", "--workspace", str(home.parent))
     assert done.returncode == 0, done.stderr
-    assert "answer: echo: hello crab" in done.stdout
-    assert "run.completed" in done.stdout
+    assert "received your task: hello crab" in done.stdout, "the offline model answered"
+    assert "run completed" in done.stdout and "usage" in done.stdout
     assert not (home / "nats" / "server.json").exists(), "the embedded server was stopped"
     assert (home / "traces.jsonl").stat().st_size > 0, "spans were exported"
 
     published = cli(home, "publish", "queued while nothing runs", "--json")
     assert published.returncode == 0, published.stderr
     info = json.loads(published.stdout)
-    assert info["seq"] == 5 and not info["duplicate"]
+    assert info["seq"] == 7 and not info["duplicate"]
 
     status = cli(home, "status", "--json")
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
     log_stream = next(s for s in st["streams"] if s["name"] == "NANOCRAB_LOG")
-    assert log_stream["messages"] == 5
-    echo = next(c for c in st["consumers"] if c["name"] == "echo")
-    assert echo["pending"] == 1, "the queued task waits for a handler"
+    assert log_stream["messages"] == 7
+    orchestrator = next(c for c in st["consumers"] if c["name"] == "orchestrator")
+    assert orchestrator["pending"] == 1, "the queued task waits for a handler"
     assert st["dead_letters"] == 0 and st["runtime_up"] is False
     timeline = next(p for p in st["projections"] if p["name"] == "run_timeline")
-    assert timeline == {"name": "run_timeline", "position": 4, "behind": 1}, (
+    assert timeline == {"name": "run_timeline", "position": 6, "behind": 1}, (
         "the finished run was projected before exit; the queued task is not yet"
     )
 
@@ -80,11 +80,11 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     assert replay.returncode == 0, replay.stderr
     (line,) = [json.loads(x) for x in replay.stdout.splitlines()]
     assert line["type"] == "task.submitted" and line["data"]["text"] == "queued while nothing runs"
-    assert line["specversion"] == "1.0" and line["seq"] == 5
+    assert line["specversion"] == "1.0" and line["seq"] == 7
 
     rebuild = cli(home, "projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stderr
-    assert "run_timeline (5 events)" in rebuild.stdout
+    assert "run_timeline (7 events)" in rebuild.stdout
 
     nothing_dead = cli(home, "dead-letters")
     assert nothing_dead.returncode == 0 and "no dead letters" in nothing_dead.stdout
@@ -125,7 +125,10 @@ def test_up_serves_published_tasks_and_stops_cleanly_on_ctrl_c(home: Path) -> No
             if "run.completed" in types or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert types == ["task.submitted", "run.started", "reply.sent", "run.completed"]
+        assert types == [
+            "task.submitted", "run.started", "llm.requested", "llm.responded", "reply.sent",
+            "run.completed",
+        ]  # fmt: skip
         status = json.loads(cli(home, "status", "--json").stdout)
         assert status["runtime_up"] is True
     finally:
@@ -163,3 +166,37 @@ def test_an_external_server_is_used_when_configured(home: Path, nats_url: str) -
     )
     assert result.returncode == 0, result.stderr
     assert not (home / "nats").exists(), "no embedded server was started"
+
+
+def test_demo_is_the_main_job(home: Path) -> None:
+    result = cli(home, "demo", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for step in ("skill", "ls", "read", "edit", "exec"):
+        assert f"✓ {step}" in out, f"{step} did not run: {out}"
+    assert "answer:" in out and "Fixed the greeting" in out
+    assert "usage" in out and "run " in out, "timeline and usage are printed"
+    workspace = Path(out.split("demo workspace: ")[1].split(" ·")[0].strip())
+    assert 'f"Hello, {name}!"' in (workspace / "greet.py").read_text()
+
+
+def test_cancel_and_say_check_the_run_first(home: Path) -> None:
+    missing = cli(home, "say", "no-such-run", "hello")
+    assert missing.returncode == 1 and "no run 'no-such-run'" in missing.stderr
+    done = cli(home, "run", "/help", "--json", "--workspace", str(home.parent))
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    run_id = lines[0]["runid"]
+    assert any("/new" in x["data"].get("text", "") for x in lines if x["type"] == "reply.sent")
+    late = cli(home, "cancel", run_id)
+    assert late.returncode == 1 and "already completed" in late.stderr
+
+
+def test_new_moves_the_cli_to_a_new_session(home: Path) -> None:
+    first = cli(home, "run", "/help", "--workspace", str(home.parent))
+    assert first.returncode == 0, first.stderr
+    before = (home / "session").read_text().strip()
+    new = cli(home, "run", "/new", "--workspace", str(home.parent))
+    assert new.returncode == 0 and "Started a new session" in new.stdout
+    after = (home / "session").read_text().strip()
+    assert after and after != before and after in new.stdout

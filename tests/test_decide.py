@@ -49,7 +49,9 @@ def task(text: str = "fix it", **kw: object) -> TaskSubmitted:
     return TaskSubmitted(text=text, run_id=RUN, session_id="s1", **kw)  # type: ignore[arg-type]
 
 
-def responded(turn: int, *calls: tuple[str, str, dict[str, object]], text: str = "") -> LlmResponded:
+def responded(
+    turn: int, *calls: tuple[str, str, dict[str, object]], text: str = ""
+) -> LlmResponded:
     content = ([TextBlock(text)] if text else []) + [ToolUseBlock(i, n, a) for i, n, a in calls]
     return LlmResponded(
         provider="scripted", model="m", content=content,
@@ -160,7 +162,10 @@ def test_cancelled_runs_decide_nothing_more() -> None:
 
 
 def test_spawn_starts_a_child_run_and_its_answer_returns_as_the_tool_result() -> None:
-    s = [*started(), responded(0, ("c1", "spawn", {"task": "find the config", "tools": ["read", "exec"]}))]
+    s = [
+        *started(),
+        responded(0, ("c1", "spawn", {"task": "find the config", "tools": ["read", "exec"]})),
+    ]
     s += [ToolRequested(call_id="c1", tool="spawn", arguments={}),
           GrantIssued(grant_id="g", call_id="c1", tool="spawn", capabilities=[], scope="step",
                       tier="safe", expires_at=utcnow() + timedelta(minutes=1))]  # fmt: skip
@@ -170,7 +175,9 @@ def test_spawn_starts_a_child_run_and_its_answer_returns_as_the_tool_result() ->
     assert isinstance(spawned, SubagentSpawned) and isinstance(child_task, TaskSubmitted)
     assert child_task.run_id == spawned.child_run_id != RUN
     assert child_task.parent_run_id == RUN and child_task.parent_call_id == "c1"
-    assert child_task.tools == ["read"], "explorer profile ∩ requested: exec is not an explorer tool"
+    assert child_task.tools == ["read"], (
+        "explorer profile ∩ requested: exec is not an explorer tool"
+    )
     assert decide(state_of(*s, *out), utcnow()) == [], "waiting for the child"
 
     child = RunState(child_task.run_id or "")

@@ -279,3 +279,12 @@ async def test_read_tool_raises_typed_errors_directly(ctx: ToolContext) -> None:
     with pytest.raises(ToolError) as info:
         await ReadTool().run(ReadArgs(path="missing.txt"), ctx)
     assert info.value.kind == "not_found"
+
+
+async def test_write_through_a_symlink_inside_updates_its_target(ctx: ToolContext) -> None:
+    (ctx.workspace / "real.txt").write_text("old")
+    (ctx.workspace / "alias.txt").symlink_to(ctx.workspace / "real.txt")
+    result = await call(ctx, "write", path="alias.txt", content="new")
+    assert result.details == WriteDetails(path="real.txt", bytes_written=3, created=False)
+    assert (ctx.workspace / "alias.txt").is_symlink()
+    assert (ctx.workspace / "real.txt").read_text() == "new"

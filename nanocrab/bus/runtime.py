@@ -203,17 +203,24 @@ class HandlerRuntime:
         await asyncio.sleep(0.1)
 
     async def _fetch(self, sub: object, batch: int) -> list[Msg]:
-        """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error."""
+        """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error.
+
+        No idle heartbeat: nats-py reuses it on its follow-up request with the *remaining*
+        expiry, which the server rejects as "heartbeat value too large" once little time is left
+        (and the messages already delivered to that fetch wait out ``ack_wait``). A short fetch
+        timeout bounds a stalled pull instead, and reconnects re-create the subscription."""
         fetch = asyncio.ensure_future(
             sub.fetch(  # type: ignore[attr-defined]
                 batch,
                 timeout=self.opts.fetch_timeout_s,
-                heartbeat=min(1.0, self.opts.fetch_timeout_s / 4),
             )
         )
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            fetch.cancel()
+            raise
         finally:
             stop.cancel()
         if fetch not in done:

@@ -64,6 +64,11 @@ class Subjects:
         t = tenant if tenant == "*" else sanitize_token(tenant)
         return f"{self.root}.{t}.run.{sanitize_token(run_id)}.>"
 
+    def session(self, session_id: str, *, tenant: str = "*") -> str:
+        """Events about one session itself (archived, consolidated), not its runs."""
+        t = tenant if tenant == "*" else sanitize_token(tenant)
+        return f"{self.root}.{t}.session.{sanitize_token(session_id)}.>"
+
     def of_type(self, pattern: str, *, tenant: str = "*") -> str:
         """Events whose type matches ``pattern`` (``task.submitted``, ``run.*``, ``tool``)."""
         t = tenant if tenant == "*" else sanitize_token(tenant)

@@ -175,8 +175,6 @@ async def _follow(
                 print_json(console, stored_json(s))
             else:
                 print_line(console, s)
-            if isinstance(s.event, SessionArchived) and sessions and s.event.next_session_id:
-                sessions.set(s.event.next_session_id)
             if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
                 outcome = s.event
                 return
@@ -184,6 +182,8 @@ async def _follow(
     await log.append(task)
     try:
         await asyncio.wait_for(watch(), wait_s)
+        if sessions is not None and task.session_id:
+            await _follow_session(log, task.session_id, sessions)
     except TimeoutError:
         err.print(
             f"[bold red]run {task.run_id} did not finish within {wait_s:.0f}s[/]; it goes on in "
@@ -204,6 +204,17 @@ async def _follow(
     elif isinstance(outcome, RunCancelled):
         err.print(f"[bold yellow]run cancelled[/] {outcome.reason}")
     return 1
+
+
+async def _follow_session(log: EventLog, session_id: str, sessions: SessionFile) -> None:
+    """After ``/new``: move the CLI to the session the orchestrator opened."""
+    for s in await read_run_scope(log, log.subjects.session(session_id)):
+        if isinstance(s.event, SessionArchived) and s.event.next_session_id:
+            sessions.set(s.event.next_session_id)
+
+
+async def read_run_scope(log: EventLog, scope: str) -> list[Stored]:
+    return [s async for s in read(log, scope)]
 
 
 async def _live_run(log: EventLog, run_id: str) -> None:

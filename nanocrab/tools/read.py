@@ -84,24 +84,13 @@ class ReadTool:
         window = lines[offset - 1 : offset - 1 + limit]
         if offset - 1 + len(window) > total:
             window = window[: total - (offset - 1)]
-        parts: list[str] = []
-        size = 0
-        note = ""
-        for i, line in enumerate(window):
-            cost = len(line.encode()) + 1
-            if size + cost > self.max_bytes:
-                if not parts:
-                    cut = line.encode()[: self.max_bytes].decode(errors="ignore")
-                    parts.append(cut)
-                    note = (
-                        f"[line {offset + i} is {cost - 1} bytes; showing its first "
-                        f"{len(cut.encode())}. Use grep or exec (e.g. `cut -c`) to see the rest.]"
-                    )
-                break
-            parts.append(line)
-            size += cost
+        body = "\n".join(window)
+        if len(body.encode()) < self.max_bytes:
+            parts, note = window, ""
+        else:
+            parts, note = self._fit(window, offset)
+            body = "\n".join(parts)
         last = offset - 1 + len(parts)
-        body = "\n".join(parts)
         truncated = last < total
         next_offset = last + 1 if truncated else None
         if note:
@@ -113,3 +102,24 @@ class ReadTool:
             truncated=truncated, next_offset=next_offset,
         )  # fmt: skip
         return ToolResult.text(body, details=details)
+
+    def _fit(self, window: list[str], offset: int) -> tuple[list[str], str]:
+        """The leading lines of ``window`` that fit ``max_bytes``, and a note when the first
+        line alone does not fit and had to be cut."""
+        parts: list[str] = []
+        size = 0
+        for line in window:
+            cost = len(line.encode()) + 1
+            if size + cost > self.max_bytes:
+                break
+            parts.append(line)
+            size += cost
+        if parts:
+            return parts, ""
+        first = window[0].encode()
+        cut = first[: self.max_bytes].decode(errors="ignore")
+        note = (
+            f"[line {offset} is {len(first)} bytes; showing its first {len(cut.encode())}. "
+            "Use grep or exec (e.g. `cut -c`) to see the rest.]"
+        )
+        return [cut], note

@@ -70,7 +70,7 @@ class WebFetchTool:
                     async with client.stream("GET", url, follow_redirects=False) as response:
                         if response.has_redirect_location:
                             location = response.headers["location"]
-                            url = self._check(str(url.join(location)), what="redirect target")
+                            url = self._check(location, base=url, what="redirect target")
                             continue
                         return await self._result(response, args.max_bytes)
                 except httpx.TimeoutException as exc:
@@ -81,9 +81,10 @@ class WebFetchTool:
             "failed", f"Too many redirects (more than {self.max_redirects}) from {args.url}."
         )
 
-    def _check(self, raw: str, *, what: str) -> httpx.URL:
+    def _check(self, raw: str, *, what: str, base: httpx.URL | None = None) -> httpx.URL:
+        """``raw`` (relative to ``base`` if given) as a URL this tool may fetch."""
         try:
-            url = httpx.URL(raw)
+            url = base.join(raw) if base is not None else httpx.URL(raw)
         except httpx.InvalidURL as exc:
             raise ToolError("invalid_arguments", f"Invalid {what} {raw!r}: {exc}.") from exc
         if url.scheme not in ("http", "https"):

@@ -131,10 +131,18 @@ class LlmHandler:
                     )
                 )
 
+        backoff = wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s)
+
+        def wait(state: RetryCallState) -> float:
+            """Exponential backoff, but never sooner than the provider's ``retry-after``."""
+            exc = state.outcome.exception() if state.outcome else None
+            after = getattr(exc, "retry_after", None) or 0.0
+            return max(backoff(state), min(after, self.backoff_max_s))
+
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
             stop=stop_after_attempt(self.max_attempts),
-            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
+            wait=wait,
             before_sleep=record,
             reraise=True,
         ):

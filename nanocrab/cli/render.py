@@ -58,13 +58,13 @@ def event_line(s: Stored) -> Text:
 
 def timeline_table(run_id: str, events: list[Stored]) -> Table:
     table = Table(title=f"run {run_id}", title_justify="left", expand=False)
-    table.add_column("seq", justify="right", style="dim")
-    table.add_column("time", style="dim", no_wrap=True)
-    table.add_column("+ms", justify="right")
-    table.add_column("type", no_wrap=True)
-    table.add_column("source", style="cyan")
-    table.add_column("caused by", style="dim")
-    table.add_column("details", overflow="ellipsis", no_wrap=True, min_width=20)
+    table.add_column("seq", justify="right", style="dim", no_wrap=True, min_width=3)
+    table.add_column("time", style="dim", no_wrap=True, min_width=12)
+    table.add_column("+ms", justify="right", no_wrap=True, min_width=5)
+    table.add_column("type", no_wrap=True, min_width=14)
+    table.add_column("source", style="cyan", no_wrap=True, min_width=8)
+    table.add_column("caused by", style="dim", no_wrap=True, min_width=4)
+    table.add_column("details", overflow="ellipsis", no_wrap=True, max_width=70)
     previous: datetime | None = None
     ids = {s.event.id: s.seq for s in events if s.event}
     for s in events:

@@ -12,6 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import (
     Event,
+    GrantDenied,
+    GrantIssued,
     LlmFailed,
     LlmResponded,
     ReplySent,
@@ -53,8 +55,13 @@ def summarize(event: Event, limit: int = 300) -> str:
             text = f"{m} {s} in={u.input_tokens} out={u.output_tokens}"
         case LlmFailed(kind=k, message=m):
             text = f"{k}: {m}"
-        case ToolRequested(tool=tool, call_id=c):
-            text = f"{tool} ({c})"
+        case ToolRequested(tool=tool, arguments=args):
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            text = f"{tool}({shown})"
+        case GrantIssued(tool=tool, capabilities=caps):
+            text = f"{tool} on {', '.join(c.resource or '*' for c in caps) or '*'}"
+        case GrantDenied(tool=tool, reason=reason):
+            text = f"{tool}: {reason}"
         case ToolCompleted(tool=tool, is_error=e, duration_ms=d):
             text = f"{tool} {'error' if e else 'ok'} {d:.0f}ms"
         case _:

@@ -38,6 +38,7 @@ class ToolRegistry:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
         self._order = sorted(self._tools, key=lambda n: (self._tools[n].group, n))
+        self._specs: dict[str, ToolSpec] = {}
 
     def get(self, name: str) -> Tool:
         """The tool called ``name``; ``ToolError("unknown_tool")`` listing the others if none."""
@@ -58,14 +59,19 @@ class ToolRegistry:
 
         Raises ``ToolError("unknown_tool")`` for a name that is not registered.
         """
-        return [
-            ToolSpec(
+        return [self._spec(tool) for tool in self._select(names)]
+
+    def _spec(self, tool: Tool) -> ToolSpec:
+        """Built once per tool: generating a JSON schema costs ~0.2 ms, on every model call."""
+        spec = self._specs.get(tool.name)
+        if spec is None:
+            spec = ToolSpec(
                 name=tool.name,
                 description=tool.description,
                 input_schema=_without_titles(tool.args_model.model_json_schema()),
             )
-            for tool in self._select(names)
-        ]
+            self._specs[tool.name] = spec
+        return spec
 
     def catalogue(self, names: Iterable[str] | None = None) -> str:
         """A compact list of ``names`` (default: all) for the system prompt, grouped by group.

@@ -73,6 +73,14 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         await admin.close()
 
 
+@pytest.fixture
+async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """One SQLite projections database (for tests that are not the projection contract)."""
+    eng = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'projections.db'}")
+    yield eng
+    await eng.dispose()
+
+
 async def eventually(predicate, timeout: float = 10.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
     """Poll an async predicate until it returns a truthy value."""
     deadline = asyncio.get_running_loop().time() + timeout

@@ -38,17 +38,14 @@ from nanocrab.events import (
 )
 from nanocrab.handlers.orchestrator import Orchestrator
 from nanocrab.llm import ReplayProvider, ScriptedProvider
-from nanocrab.projections import make_engine
 
 from .agent_fixtures import FAST, agent_reactors, finished, of_type, running_host, submit
 from .conftest import eventually
 
 
 @pytest.fixture
-async def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
-    eng = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}")
-    yield eng
-    await eng.dispose()
+def engine(sqlite_engine: AsyncEngine) -> AsyncEngine:
+    return sqlite_engine
 
 
 @pytest.fixture

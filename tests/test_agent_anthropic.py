@@ -13,7 +13,6 @@ from nanocrab import demo
 from nanocrab.bus import EventLog
 from nanocrab.events import LlmFailed, LlmResponded, RunCompleted, RunFailed, ToolCompleted
 from nanocrab.llm import AnthropicProvider
-from nanocrab.projections import make_engine
 
 from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
 from .test_llm_anthropic import (
@@ -30,10 +29,8 @@ from .test_llm_anthropic import (
 
 
 @pytest.fixture
-async def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
-    eng = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}")
-    yield eng
-    await eng.dispose()
+def engine(sqlite_engine: AsyncEngine) -> AsyncEngine:
+    return sqlite_engine
 
 
 @pytest.fixture
@@ -86,6 +83,7 @@ async def test_a_claude_run_with_a_tool_call_after_429_and_529(
     assert read.tool == "read" and not read.is_error and "Hello" in read.content[0].text  # type: ignore[union-attr]
     first, second = of_type(events, LlmResponded)
     assert first.usage.cache_read_tokens == 400 and first.cost_usd > 0
+    assert second.usage.input_tokens == 1000 and second.stop_reason == "end_turn"
     assert of_type(events, RunCompleted)[0].reply == "greet() is missing the comma."
     body = api.calls.last.request.content.decode()
     assert '"tool_result"' in body and "toolu_01" in body, "the tool result went back to Claude"

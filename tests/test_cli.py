@@ -200,3 +200,18 @@ def test_new_moves_the_cli_to_a_new_session(home: Path) -> None:
     assert new.returncode == 0 and "Started a new session" in new.stdout
     after = (home / "session").read_text().strip()
     assert after and after != before and after in new.stdout
+
+
+def test_rerun_replays_a_past_run_against_todays_code(home: Path, tmp_path: Path) -> None:
+    import re
+
+    from nanocrab import demo as demo_project
+
+    first = cli(home, "demo", timeout=120)
+    assert first.returncode == 0, first.stderr
+    run_id = re.search(r"run ([0-9A-Z]{26})", first.stdout).group(1)  # type: ignore[union-attr]
+    fresh = demo_project.make_workspace(tmp_path / "fresh")
+    again = cli(home, "rerun", run_id, "--workspace", str(fresh), timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "5 recorded turns" in again.stdout and "Fixed the greeting" in again.stdout
+    assert 'f"Hello, {name}!"' in (fresh / "greet.py").read_text(), "the tools really ran again"

@@ -19,6 +19,7 @@ from nanocrab.cli.render import print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
 from nanocrab.cli.wiring import build_reactors
 from nanocrab.events import (
+    Event,
     MessageQueued,
     RunCancelled,
     RunCompleted,
@@ -28,6 +29,8 @@ from nanocrab.events import (
     new_event_id,
 )
 from nanocrab.handlers.runstate import fold
+from nanocrab.llm import ReplayProvider
+from nanocrab.llm.base import Provider
 
 
 def check_text(text: str) -> None:
@@ -137,13 +140,20 @@ async def _run_task(
     sessions: SessionFile | None,
     *,
     timeline: bool = False,
+    provider: Provider | None = None,
 ) -> int:
     async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
         engine = engine_for(settings.db_url)
         host: Host | None = None
-        if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
+        if provider is not None or (
+            not RuntimeMarker(settings.home).alive() and settings.nats_url is None
+        ):
             host = Host(
-                log, engine, build_reactors(log, engine, settings, default_workspace=workspace)
+                log,
+                engine,
+                build_reactors(
+                    log, engine, settings, default_workspace=workspace, provider=provider
+                ),
             )
             await host.start()
         try:
@@ -228,6 +238,48 @@ async def _live_run(log: EventLog, run_id: str) -> None:
     if state.terminal:
         err.print(f"[red]run {run_id} is already {state.status}[/]")
         raise typer.Exit(1)
+
+
+@app.command()
+def rerun(
+    run_id: str,
+    workspace: Workspace = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 600.0,
+) -> None:
+    """Run a past run's task again on today's code, with the model's recorded responses.
+
+    The replay provider serves the old run's `llm.responded` events turn by turn, so the model
+    is taken out of the comparison while orchestrator, policy and tools run for real (in
+    --workspace: point it at a fresh copy). Needs the runtime to itself: stop `nanocrab up`."""
+    settings = settings_or_exit()
+    setup(settings, "nanocrab-rerun")
+    if RuntimeMarker(settings.home).alive() or settings.nats_url is not None:
+        err.print(
+            "[red]rerun needs its own handlers[/]: stop `nanocrab up` (or unset NANOCRAB_NATS_URL)"
+        )
+        raise typer.Exit(2)
+    ws = (workspace or Path.cwd()).resolve()
+
+    async def recorded() -> tuple[TaskSubmitted, list[Event]]:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            events = [s.event for s in await read_run(log, run_id) if s.event is not None]
+        tasks = [e for e in events if isinstance(e, TaskSubmitted)]
+        if not tasks:
+            err.print(f"[red]no run {run_id!r}[/]")
+            raise typer.Exit(1)
+        return tasks[0], events
+
+    original, events = run_async(recorded())
+    provider = ReplayProvider.from_events(events)
+    task = new_task(original.text, original.agent, None, workspace=ws, session_id=new_event_id())
+    console.print(
+        f"[dim]re-running {run_id} as {task.run_id} with {len(provider.turns)} recorded turns[/]"
+    )
+    raise typer.Exit(
+        run_async(
+            _run_task(settings, task, ws, timeout, False, None, timeline=True, provider=provider)
+        )
+    )
 
 
 @app.command()

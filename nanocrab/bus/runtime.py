@@ -224,10 +224,14 @@ class HandlerRuntime:
         finally:
             stop.cancel()
         if fetch not in done:
-            fetch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
-                await fetch
-            return []
+            # stopping: messages already on their way to this pull are handled, not left to
+            # time out unacked (they would be redelivered to the next instance after ack_wait)
+            done, _ = await asyncio.wait({fetch}, timeout=0.25)
+            if fetch not in done:
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
+                    await fetch
+                return []
         try:
             return list(fetch.result())
         except (TimeoutError, nats.errors.TimeoutError):

@@ -453,3 +453,26 @@ async def test_a_new_task_sees_its_session_history(
         await finished(log, second.run_id or "")
     texts = [[b.text for b in m.content] for m in seen[1].messages]
     assert texts == [["my name is Ada"], ["noted: my name is Ada"], ["what is my name?"]]
+
+
+async def test_a_result_too_large_for_an_event_keeps_a_preview_and_goes_to_the_object_store(
+    log: EventLog, workspace: Path
+) -> None:
+    from nanocrab.bus.artifacts import JetStreamArtifacts
+    from nanocrab.events import Codec, TextBlock
+    from nanocrab.handlers.executor import Executor
+    from nanocrab.tools import LocalOperations
+
+    from .agent_fixtures import registry
+
+    artifacts = JetStreamArtifacts(log)
+    executor = Executor(log, registry=registry(), ops=LocalOperations(), artifacts=artifacts,
+                        default_workspace=workspace)  # fmt: skip
+    huge = "x" * (log.codec.max_bytes + 10)
+    fitted = await executor._fit(
+        ToolCompleted(call_id="c", tool="web_fetch", content=[TextBlock(huge)])
+    )
+    assert len(Codec(max_bytes=log.codec.max_bytes).encode(fitted)) <= log.codec.max_bytes
+    (ref,) = fitted.artifacts
+    assert await artifacts.get(ref) == huge.encode()
+    assert "truncated" in fitted.content[0].text and ref.key in fitted.content[0].text  # type: ignore[union-attr]

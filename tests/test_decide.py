@@ -211,3 +211,29 @@ def test_commands_answer_at_once() -> None:
     assert isinstance(out[0], ReplySent) and "Unknown command /frobnicate" in out[0].text
     assert isinstance(out[1], RunCompleted) and not isinstance(out[1], RunFailed)
     assert not [e for e in out if isinstance(e, ToolSkipped)]
+
+
+def test_a_cancelled_child_reports_back_to_its_parent_once() -> None:
+    child = TaskSubmitted(
+        text="look", run_id="child", parent_run_id="parent", parent_call_id="c9",
+        parent_session_id="s-parent", session_id="child",
+    )  # fmt: skip
+    state = RunState("child")
+    for i, e in enumerate([child, RunStarted(run_id="child"), LlmRequested(turn=0, run_id="child"),
+                           RunCancelled(reason="user", run_id="child")], 1):  # fmt: skip
+        state.apply(e, i)
+    out = decide(state, utcnow())
+    back = [e for e in out if isinstance(e, ToolCompleted)]
+    assert len(back) == 1 and back[0].run_id == "parent" and back[0].call_id == "c9"
+    assert back[0].is_error and back[0].session_id == "s-parent"
+    state.apply(ReplySent(text="late", run_id="child"), 5)
+    assert decide(state, utcnow()) == [], "decided once, when the cancellation arrived"
+
+
+def test_a_follow_up_at_the_step_limit_keeps_the_answer() -> None:
+    follow = MessageQueued(mode="follow_up", text="more", run_id=RUN)
+    s = [task(max_steps=1), RunStarted(max_steps=1), LlmRequested(turn=0), follow]
+    s += [responded(0, text="the answer")]
+    out = decide(state_of(*s), utcnow())
+    assert types(out) == ["reply.sent", "run.completed"]
+    assert out[1].reply == "the answer"  # type: ignore[attr-defined]

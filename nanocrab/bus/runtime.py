@@ -72,10 +72,16 @@ class RuntimeOptions:
     only for reactors whose decisions are guarded (``Reaction.expect``) or independent."""
 
 
-def stamp(reactor_name: str, cause: Event, reactions: Sequence[Event]) -> list[Event]:
-    """Give each reaction its deterministic id and inherit the cause's envelope where unset."""
+def stamp(
+    reactor_name: str, cause: Event, reactions: Sequence[Event], *, first: int = 0
+) -> list[Event]:
+    """Give each reaction its deterministic id and inherit the cause's envelope where unset.
+
+    Reactions returned to the runtime use ordinals from 0; a handler appending progress events
+    itself (``tool.started``, output chunks) stamps them with ``first`` well above that range.
+    """
     out: list[Event] = []
-    for i, r in enumerate(reactions):
+    for i, r in enumerate(reactions, first):
         out.append(
             msgspec.structs.replace(
                 r,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -28,7 +27,7 @@ from nanocrab.events import (
     TaskSubmitted,
     new_event_id,
 )
-from nanocrab.handlers.runstate import fold
+from nanocrab.handlers.runstate import RunState, fold
 from nanocrab.llm import ReplayProvider
 from nanocrab.llm.base import Provider
 
@@ -227,7 +226,7 @@ async def read_run_scope(log: EventLog, scope: str) -> list[Stored]:
     return [s async for s in read(log, scope)]
 
 
-async def _live_run(log: EventLog, run_id: str) -> None:
+async def _live_run(log: EventLog, run_id: str) -> RunState:
     events = await read_run(log, run_id)
     if not events:
         err.print(
@@ -238,6 +237,7 @@ async def _live_run(log: EventLog, run_id: str) -> None:
     if state.terminal:
         err.print(f"[red]run {run_id} is already {state.status}[/]")
         raise typer.Exit(1)
+    return state
 
 
 @app.command()
@@ -292,9 +292,13 @@ def cancel(
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            await _live_run(log, run_id)
-            who = os.environ.get("USER", "cli")
-            await log.append(RunCancelled(run_id=run_id, reason=reason, by=who, source="cli"))
+            state = await _live_run(log, run_id)
+            session = state.task.session_id if state.task else None
+            await log.append(
+                RunCancelled(
+                    run_id=run_id, reason=reason, by=settings.user, source="cli", session_id=session
+                )
+            )
         console.print(f"[yellow]cancelled[/] run {run_id}")
 
     run_async(main())
@@ -319,9 +323,12 @@ def say(
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            await _live_run(log, run_id)
+            state = await _live_run(log, run_id)
             mode = "steer" if steer else "follow_up"
-            await log.append(MessageQueued(mode=mode, text=text, run_id=run_id, source="cli"))
+            session = state.task.session_id if state.task else None
+            await log.append(
+                MessageQueued(mode=mode, text=text, run_id=run_id, source="cli", session_id=session)
+            )
         console.print(f"queued {'steer' if steer else 'follow-up'} message for run {run_id}")
 
     run_async(main())

@@ -43,6 +43,7 @@ class Settings(BaseModel):
     script: Path
     web_allow: tuple[str, ...] = ()
     user_skills: Path
+    user: str = "cli"  # who cancels or approves from this CLI (recorded in the log)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -74,6 +75,7 @@ class Settings(BaseModel):
             script=script,
             web_allow=web_allow,
             user_skills=Path.home() / ".nanocrab" / "skills",
+            user=os.environ.get("USER") or "cli",
         )
 
     def bus(self) -> BusConfig:

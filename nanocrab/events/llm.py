@@ -15,8 +15,6 @@ class LlmRequested(Event, frozen=True, tag="llm.requested"):
     turn: int  # 0-based index of this model call within the run
     delivers: list[str] = []  # ids of message.queued events (steer / follow-up) given to this turn
     tools: list[str] = []  # tools enabled for the run, by canonical name
-    skills: list[str] = []  # skills in the catalogue (preloaded ones are in the task)
-    provider: str = ""  # empty: the LLM handler's configured provider
     model: str = ""
 
 

@@ -19,6 +19,7 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
     agent: str = "default"
     parent_run_id: str | None = None
     parent_call_id: str | None = None  # the parent's ``spawn`` call this run answers
+    parent_session_id: str | None = None  # where the answer goes back to
     tools: list[str] | None = None  # restrict the agent profile's tools (subagents); None = all
     skills: list[str] = []  # skills to preload (their bodies go into the system prompt)
     workspace: str | None = None  # directory the run's tools may touch; None = agent default

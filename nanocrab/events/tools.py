@@ -15,7 +15,7 @@ ToolErrorKind = Literal[
     "not_found",  # a path or resource that does not exist
     "path_escape",  # a path outside the granted workspace
     "timeout",
-    "aborted",  # the run was cancelled or steered away
+    "aborted",  # the run was cancelled (or failed) while the tool ran
     "failed",  # the tool ran and reported failure (non-zero exit, HTTP error, no match, ...)
     "internal",  # a bug in the tool
 ]

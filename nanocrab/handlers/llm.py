@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+import msgspec
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -25,7 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from nanocrab.bus import Delivery, EventLog
+from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.events import ContextCompacted, Event, LlmDelta, LlmFailed, LlmRequested, LlmResponded
 from nanocrab.handlers import conversation
 from nanocrab.handlers.prompt import system_prompt
@@ -40,6 +41,12 @@ SessionHistory = Callable[[str, str], Awaitable[list[Message]]]
 """(session_id, current run_id) → earlier messages of the session, oldest first."""
 
 _DELTA_FLUSH_CHARS = 200
+_DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
+
+
+def _estimate_tokens(request: ModelRequest) -> int:
+    """About four characters a token: enough to show what a compaction saved."""
+    return len(msgspec.json.encode(request.messages)) // 4
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -99,8 +106,14 @@ class LlmHandler:
                 if exc.kind == "overflow" and not compacted:
                     compaction = self._compact(state)
                     if compaction is not None:
-                        out.append(compaction)
+                        before = _estimate_tokens(request)
                         state = dataclasses.replace(state, compaction=compaction)
+                        after = _estimate_tokens(self._request(state, event, history))
+                        out.append(
+                            msgspec.structs.replace(
+                                compaction, tokens_before=before, tokens_after=after
+                            )
+                        )
                         compacted = True
                         continue
                 out.append(
@@ -222,10 +235,8 @@ class _Deltas:
         if not self.buffer:
             return
         text, self.buffer, self.size = "".join(self.buffer), [], 0
+        delta = LlmDelta(index=self.index, text=text)
         await self.log.append_nowait(
-            LlmDelta(
-                index=self.index, text=text, run_id=self.event.run_id, source="llm",
-                causation_id=self.event.id, step_id=self.event.step_id,
-            )
-        )  # fmt: skip
+            stamp("llm", self.event, [delta], first=_DELTA_ORDINAL + self.index)[0]
+        )
         self.index += 1

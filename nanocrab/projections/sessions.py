@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    delete,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -69,6 +70,11 @@ class SessionsProjection:
                 case ReplySent(text=text):
                     role = "assistant"
                 case SessionArchived():
+                    await conn.execute(
+                        delete(archived_sessions).where(
+                            archived_sessions.c.session_id == e.session_id
+                        )
+                    )
                     await conn.execute(
                         archived_sessions.insert().values(
                             session_id=e.session_id, archived=True,

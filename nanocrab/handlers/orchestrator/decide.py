@@ -60,7 +60,13 @@ def decide(state: RunState, now: datetime) -> list[Event]:
     if task is None:
         return []
     if state.terminal:
-        return _cascade_cancel(state) if state.status == "cancelled" else []
+        if state.status != "cancelled" or not state.events or state.events[-1] is not state.outcome:
+            return []  # decided once, when the cancellation arrived
+        reason = getattr(state.outcome, "reason", "") or "no reason given"
+        return [
+            *_cascade_cancel(state),
+            *_to_parent(state, f"The subagent was cancelled: {reason}", is_error=True),
+        ]
     if state.status == "new":
         if task.text.strip().startswith("/"):
             return run_command(state)
@@ -109,9 +115,7 @@ def decide(state: RunState, now: datetime) -> list[Event]:
         return [*out, _request(state, turn.index + 1, [m.id for m in steer])]
     follow = state.pending("follow_up") + steer
     answer = text_of(turn.response.content)
-    if follow:
-        if len(state.turns) >= max_steps(state):
-            return _finish_failed(state, "max_steps", f"stopped after {len(state.turns)} steps")
+    if follow and len(state.turns) < max_steps(state):
         return [ReplySent(text=answer), _request(state, turn.index + 1, [m.id for m in follow])]
     return _finish_completed(state, answer)
 
@@ -147,7 +151,7 @@ def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
     task = state.task
     if task is None or not task.parent_run_id or not task.parent_call_id:
         return []
-    parent = {"run_id": task.parent_run_id, "session_id": task.parent_run_id}
+    parent = {"run_id": task.parent_run_id, "session_id": task.parent_session_id}
     return [
         SubagentCompleted(child_run_id=state.run_id, result=result, is_error=is_error, **parent),
         ToolCompleted(
@@ -176,7 +180,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
                 content=[TextBlock(f"invalid spawn arguments: {exc}")],
             )
         ]
-    child = derive_event_id("spawn", call.call_id, 0)
+    child = derive_event_id("spawn", f"{state.run_id}/{call.call_id}", 0)
     mine = set(enabled_tools(state.task.agent, state.task.tools))
     tools = [t for t in enabled_tools(args.agent, args.tools) if t in mine and t != "spawn"]
     return [
@@ -192,6 +196,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
             agent=args.agent,
             parent_run_id=state.run_id,
             parent_call_id=call.call_id,
+            parent_session_id=state.task.session_id,
             tools=tools,
             skills=args.skills,
             workspace=state.task.workspace,
@@ -203,9 +208,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
 
 
 def _cascade_cancel(state: RunState) -> list[Event]:
-    """A run cancelled just now cancels its running children, once."""
-    if not state.events or state.events[-1] is not state.outcome:
-        return []
+    """A run cancelled just now cancels its running children."""
     reason = "the parent run was cancelled"
     return [
         RunCancelled(run_id=child, reason=reason, by=state.run_id, session_id=child)

@@ -11,16 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import psutil
+from _common import bench_log, pct
+from nats.aio.client import Client as NATS
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from _common import bench_log
 from nanocrab.bus import EventLog, Reactor, RuntimeOptions, Stored, read_run, sanitize_token
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.host import Host
@@ -32,7 +35,13 @@ from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import BasicPolicy
 from nanocrab.llm import ScriptedProvider
 from nanocrab.llm.base import DeltaSink, Message, ModelRequest, ModelResponse, Provider
-from nanocrab.projections import default_url, make_engine, session_history
+from nanocrab.projections import (
+    SessionsProjection,
+    all_projections,
+    default_url,
+    make_engine,
+    session_history,
+)
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 
@@ -47,10 +56,11 @@ scripts:
       - text: "notes.txt has ten lines about a fox."
 """
 
-ONE_TOOL_FLOW = (
-    "task.submitted run.started llm.requested llm.responded tool.requested grant.issued "
-    "tool.started tool.completed llm.requested llm.responded reply.sent run.completed"
-).split()
+ONE_TOOL_FLOW = [
+    "task.submitted", "run.started", "llm.requested", "llm.responded", "tool.requested",
+    "grant.issued", "tool.started", "tool.completed", "llm.requested", "llm.responded",
+    "reply.sent", "run.completed",
+]  # fmt: skip
 
 
 @dataclass
@@ -74,18 +84,20 @@ class RecordingProvider:
         self, request: ModelRequest, *, on_delta: DeltaSink | None = None
     ) -> ModelResponse:
         size = len(msgspec.json.encode(request))
-        self.requests.append(RequestRecord(request.run_id, request.turn, len(request.messages), size))
+        self.requests.append(
+            RequestRecord(request.run_id, request.turn, len(request.messages), size)
+        )
         return await self.inner.complete(request, on_delta=on_delta)
 
 
 def build_reactors(
-    log: EventLog, engine: AsyncEngine, provider: Provider, workspace: Path
+    log: EventLog, engine: AsyncEngine, provider: Provider, workspace: Path, *, history: bool = True
 ) -> list[Reactor]:
     """The agent loop as ``nanocrab.cli.wiring.build_reactors`` builds it (bundled skills)."""
     skills = SkillLibrary.discover([bundled_skills_dir()])
     registry = ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool()])
 
-    async def history(session_id: str, run_id: str) -> list[Message]:
+    async def session(session_id: str, run_id: str) -> list[Message]:
         return history_messages(await session_history(engine, session_id, run_id))
 
     return [
@@ -94,8 +106,26 @@ def build_reactors(
         Executor(log, registry=registry, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
                  default_workspace=workspace),
         LlmHandler(log, provider=provider, registry=registry, default_workspace=workspace,
-                   skills=skills, history=history),
+                   skills=skills, history=session if history else None),
     ]  # fmt: skip
+
+
+class TimedReactor:
+    """Delegates to a reactor, recording wall time spent inside ``handle()`` per event type."""
+
+    def __init__(self, inner: Reactor, times: dict[tuple[str, str], list[float]]) -> None:
+        self._inner = inner
+        self._times = times
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def handle(self, event, delivery):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            return await self._inner.handle(event, delivery)
+        finally:
+            self._times[(self._inner.name, event.type)].append(time.perf_counter() - t)
 
 
 class RunWatcher:
@@ -157,23 +187,35 @@ class AgentBench:
     provider: RecordingProvider
     host: Host
     watcher: RunWatcher
-    submitted: list[str] = field(default_factory=list)
+    handle_times: dict[tuple[str, str], list[float]]
 
-    def task(self, text: str = "what is in notes.txt?", *, session_id: str | None = None):
+    def handle_report(self) -> list[str]:
+        """Median wall time inside each reactor's ``handle()`` per event type (since the last
+        ``handle_times.clear()``); the rest of a stage is the bus, queueing and other work."""
+        lines = [f"  {'handler · event':<36} {'events':>7} {'median':>9} {'p90':>9}"]
+        for (name, etype), values in sorted(self.handle_times.items()):
+            lines.append(
+                f"  {name + ' · ' + etype:<36} {len(values):>7} "
+                f"{statistics.median(values) * 1000:7.3f}ms {pct(values, 90) * 1000:7.3f}ms"
+            )
+        return lines
+
+    def task(
+        self, text: str = "what is in notes.txt?", *, session_id: str | None = None
+    ) -> TaskSubmitted:
         rid = new_event_id()
         return TaskSubmitted(
             text=text, run_id=rid, task_id=rid, workspace=str(self.workspace),
             session_id=session_id or new_event_id(),
         )  # fmt: skip
 
-    async def run_one(self, task: TaskSubmitted, timeout: float = 30.0) -> tuple[float, str]:
+    async def run_one(self, task: TaskSubmitted, wait_s: float = 30.0) -> tuple[float, str]:
         """Append ``task``; wait for its terminal event. Returns (seconds, outcome)."""
         assert task.run_id is not None
         waiter = self.watcher.expect(task.run_id)
-        self.submitted.append(task.run_id)
         t = time.perf_counter()
         await self.log.append(task)
-        await asyncio.wait_for(waiter, timeout)
+        await asyncio.wait_for(waiter, wait_s)
         arrived, outcome = self.watcher.result(task.run_id)
         return arrived - t, outcome
 
@@ -188,29 +230,114 @@ class AgentBench:
 
 @contextlib.asynccontextmanager
 async def agent_bench(
-    name: str, *, options: RuntimeOptions | None = None
+    name: str, *, options: RuntimeOptions | None = None, projections: str = "all"
 ) -> AsyncIterator[AgentBench]:
+    """``projections``: ``all`` (as ``nanocrab up`` runs), ``sessions`` (only the one the LLM
+    handler reads) or ``none`` (no SQL at all: the LLM handler then sees no session history)."""
     async with bench_log(name) as (log, tmp):
         workspace = tmp / "ws"
         workspace.mkdir()
         (workspace / "notes.txt").write_text(NOTES)
         engine = make_engine(default_url(tmp))
         provider = RecordingProvider(ScriptedProvider.from_text(ONE_TOOL_SCRIPT))
+        chosen = {
+            "all": all_projections(),
+            "sessions": [SessionsProjection()],
+            "none": [],
+        }[projections]
+        times: dict[tuple[str, str], list[float]] = defaultdict(list)
+        reactors = build_reactors(log, engine, provider, workspace, history=projections != "none")  # type: ignore[arg-type]
         host = Host(
             log,
             engine,
-            build_reactors(log, engine, provider, workspace),  # type: ignore[arg-type]
+            [TimedReactor(r, times) for r in reactors],  # type: ignore[misc]
+            projections=chosen,
             options=options or RuntimeOptions(),
         )
         watcher = RunWatcher(log)
         await watcher.start()
         await host.start()
         try:
-            yield AgentBench(log, engine, workspace, tmp, provider, host, watcher)
+            yield AgentBench(log, engine, workspace, tmp, provider, host, watcher, times)
         finally:
             await watcher.stop()
             await host.stop(drain_s=10)
             await engine.dispose()
+
+
+def calibration() -> str:
+    """A fixed pure-Python workload, timed: this VM's speed drifts by tens of percent between
+    minutes, so figures from different runs compare only alongside this number."""
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        d: dict[int, int] = {}
+        for i in range(200_000):
+            d[i & 1023] = d.get(i & 1023, 0) + i
+        best = min(best, time.perf_counter() - t)
+    return f"calibration loop {best * 1000:.1f} ms (lower is a faster machine right now)"
+
+
+# -- CPU accounting -----------------------------------------------------------------------
+
+
+class CpuMeter:
+    """CPU seconds spent by this process's event-loop thread, its other threads (aiosqlite's
+    worker threads, one per pooled SQLite connection) and the nats-server child, between
+    :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, nc: NATS | None = None) -> None:
+        self.nc = nc
+        self.me = psutil.Process()
+        self.main_tid = threading.get_native_id()
+        servers = [c for c in self.me.children() if "nats-server" in c.name()]
+        self.server = servers[0] if servers else None
+        self._start = self._sample()
+        self.used: dict[str, float] = {}
+
+    def _sample(self) -> dict[str, float]:
+        main = sum(t.user_time + t.system_time for t in self.me.threads() if t.id == self.main_tid)
+        total = self.me.cpu_times()  # includes threads that have exited since
+        out = {
+            "wall": time.perf_counter(),
+            "main": main,
+            "threads": total.user + total.system - main,
+        }
+        if self.nc is not None:
+            out["msgs_in"] = float(self.nc.stats["in_msgs"])
+            out["msgs_out"] = float(self.nc.stats["out_msgs"])
+        if self.server is not None:
+            st = self.server.cpu_times()
+            out["server"] = st.user + st.system
+        return out
+
+    def start(self) -> None:
+        self._start = self._sample()
+
+    def stop(self) -> dict[str, float]:
+        end = self._sample()
+        self.used = {k: end[k] - self._start.get(k, 0.0) for k in end}
+        return self.used
+
+    def report(self, per: int, unit: str = "run") -> str:
+        u = self.used
+        wall = u["wall"]
+        parts = [
+            f"{label} {u[k] / per * 1000:.2f} ms/{unit} ({u[k] / wall * 100:.0f}% of a core)"
+            for k, label in (
+                ("main", "python event loop"),
+                ("threads", "python other threads (SQLite)"),
+                ("server", "nats-server"),
+            )
+            if k in u
+        ]
+        line = "CPU: " + " · ".join(parts)
+        if "msgs_in" in u:
+            line += (
+                f"\nNATS messages on the client connection: {u['msgs_in'] / per:.0f} in, "
+                f"{u['msgs_out'] / per:.0f} out per {unit}"
+            )
+        return line
 
 
 # -- per-stage breakdown --------------------------------------------------------------------
@@ -268,6 +395,8 @@ async def breakdown(log: EventLog, run_ids: Sequence[str]) -> tuple[list[str], i
         med_st = statistics.median(per_stage_stored[label])
         share = med / total * 100 if total else 0.0
         bar = "#" * round(share / 2)
-        lines.append(f"  {label:<44} {med * 1000:7.3f}ms {med_st * 1000:7.3f}ms {share:5.1f}% {bar}")
+        lines.append(
+            f"  {label:<44} {med * 1000:7.3f}ms {med_st * 1000:7.3f}ms {share:5.1f}% {bar}"
+        )
     lines.append(f"  {'task.submitted → run.completed (sum)':<44} {total * 1000:7.3f}ms")
     return lines, typical

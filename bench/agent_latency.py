@@ -11,6 +11,7 @@ the time between consecutive events (their ``time`` fields, i.e. when the emitti
 them; and JetStream's storage timestamps) is reported as the median over runs.
 
 Usage: .venv/bin/python bench/agent_latency.py [--runs 300] [--warmup 30] [--breakdown 100]
+Diagnosis: [--projections all|sessions|none] [--switch-interval-ms 5]
 """
 
 from __future__ import annotations
@@ -21,23 +22,36 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _agent import agent_bench, breakdown
+from _agent import CpuMeter, agent_bench, breakdown, calibration
 from _common import machine, pct, summary_ms
 
 
-async def main(runs: int, warmup: int, breakdown_runs: int) -> None:
-    print(f"machine: {machine()}")
-    async with agent_bench("agent-latency") as bench:
+async def main(
+    runs: int, warmup: int, breakdown_runs: int, projections: str, switch_ms: float | None
+) -> None:
+    if switch_ms is not None:
+        sys.setswitchinterval(switch_ms / 1000)
+    print(
+        f"machine: {machine()} · projections: {projections} · "
+        f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
+    )
+    print(calibration())
+    async with agent_bench("agent-latency", projections=projections) as bench:
         lat: list[float] = []
         measured: list[str] = []
         outcomes: dict[str, int] = {}
+        cpu = CpuMeter(bench.log.nc)
         for i in range(runs + warmup):
+            if i == warmup:
+                cpu.start()
+                bench.handle_times.clear()
             task = bench.task()
             secs, outcome = await bench.run_one(task)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             if i >= warmup:
                 lat.append(secs)
                 measured.append(task.run_id or "")
+        cpu.stop()
         messages, size = await bench.stream_state()
         ms = [v * 1000 for v in lat]
         p50, p99 = pct(ms, 50), pct(ms, 99)
@@ -47,11 +61,15 @@ async def main(runs: int, warmup: int, breakdown_runs: int) -> None:
             f"one-tool run end to end ({runs} sequential runs, {warmup} warm-up excluded): "
             f"{summary_ms(lat)} · target p50 <= 8 ms, p99 <= 25 ms · {verdict}"
         )
+        print(cpu.report(runs))
+        print("time inside handle() (the handler's own work, incl. its reads of the log/SQL):")
+        print("\n".join(bench.handle_report()))
         sample = measured[-breakdown_runs:] if breakdown_runs else []
         if sample:
             lines, typical = await breakdown(bench.log, sample)
             print(f"per-stage breakdown (median over {typical} of the last {len(sample)} runs):")
             print("\n".join(lines))
+    print(f"at the end: {calibration()}")
 
 
 if __name__ == "__main__":
@@ -59,5 +77,18 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=300, help="measured runs (>= 200 for the target)")
     ap.add_argument("--warmup", type=int, default=30, help="runs excluded from the figures")
     ap.add_argument("--breakdown", type=int, default=100, help="runs read back for the stages")
+    ap.add_argument(
+        "--projections",
+        choices=("all", "sessions", "none"),
+        default="all",
+        help="diagnosis: which SQL projections run alongside (default: all, as in production; "
+        "none also turns off the LLM handler's session-history query)",
+    )
+    ap.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=None,
+        help="diagnosis: sys.setswitchinterval (the GIL hand-off interval, default 5 ms)",
+    )
     a = ap.parse_args()
-    asyncio.run(main(a.runs, a.warmup, a.breakdown))
+    asyncio.run(main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms))

@@ -1,0 +1,148 @@
+"""Agent-loop throughput with many runs in flight, and that no run is lost.
+
+The real agent loop (orchestrator, policy, executor, LLM handler, all SQLite projections, default
+``RuntimeOptions``) on a private embedded nats-server, scripted model (zero model latency), each
+run one ``read`` of a 10-line file then an answer (12 events per run). Each round submits
+``--inflight`` tasks at once (concurrent appends, each task in its own session) and waits until
+every run has a terminal event, seen by a plain NATS subscription on
+``<root>.*.run.*.run.{completed,failed,cancelled}``. A smaller warm-up round comes first.
+
+Prints per round: runs/s and events/s (log stream messages appended during the round / its wall
+time), completion-time spread, and the checks: run.completed == in-flight count, no run.failed,
+every run's events read back with ``read_run`` are exactly the one-tool flow (no duplicate step),
+no dead letters, superseded orchestrator decisions (harmless, but wasted work).
+
+Usage: .venv/bin/python bench/throughput.py [--inflight 100] [--rounds 3] [--timeout 120]
+Diagnosis: [--projections all|sessions|none]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _agent import ONE_TOOL_FLOW, AgentBench, CpuMeter, agent_bench, calibration
+from _common import machine, pct
+
+from nanocrab.bus import read_run
+
+
+async def burst(bench: AgentBench, n: int, wait_s: float) -> dict[str, object]:
+    tasks = [bench.task() for _ in range(n)]
+    waiters = [bench.watcher.expect(t.run_id or "") for t in tasks]
+    msgs0, _ = await bench.stream_state()
+    counts0 = Counter(bench.watcher.counts)
+    cpu = CpuMeter(bench.log.nc)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(bench.log.append(t) for t in tasks))
+    submitted = time.perf_counter() - t0
+    _, pending = await asyncio.wait(waiters, timeout=wait_s)
+    wall = time.perf_counter() - t0
+    cpu.stop()
+    msgs1, _ = await bench.stream_state()
+    arrivals = sorted(
+        bench.watcher.arrived[k] - t0
+        for k in (t.run_id or "" for t in tasks)
+        if k in bench.watcher.arrived
+    )
+    if arrivals and not pending:
+        wall = arrivals[-1]  # the last terminal event, not our wake-up
+    counts = Counter(bench.watcher.counts)
+    counts.subtract(counts0)
+    return {
+        "tasks": tasks,
+        "wall": wall,
+        "submitted": submitted,
+        "lost": len(pending),
+        "events": msgs1 - msgs0,
+        "arrivals": arrivals,
+        "counts": {k: v for k, v in counts.items() if v},
+        "cpu": cpu,
+    }
+
+
+async def verify(bench: AgentBench, tasks: list) -> tuple[int, Counter[str]]:  # type: ignore[type-arg]
+    """How many runs have exactly the one-tool event sequence; what the others look like."""
+    ok = 0
+    odd: Counter[str] = Counter()
+    for t in tasks:
+        types = [s.event.type if s.event else "<undecodable>" for s in await read_run(
+            bench.log, t.run_id or "")]  # fmt: skip
+        if types == ONE_TOOL_FLOW:
+            ok += 1
+        else:
+            extra = Counter(types)
+            extra.subtract(Counter(ONE_TOOL_FLOW))
+            odd[" ".join(f"{k}{v:+d}" for k, v in sorted(extra.items()) if v) or "reordered"] += 1
+    return ok, odd
+
+
+async def main(inflight: int, rounds: int, warmup: int, wait_s: float, projections: str) -> None:
+    print(f"machine: {machine()} · projections: {projections}")
+    print(calibration())
+    async with agent_bench("throughput", projections=projections) as bench:
+        await burst(bench, warmup, wait_s)
+        all_good = True
+        rates = []
+        for r in range(1, rounds + 1):
+            res = await burst(bench, inflight, wait_s)
+            wall = float(res["wall"])  # type: ignore[arg-type]
+            counts: dict[str, int] = res["counts"]  # type: ignore[assignment]
+            arrivals: list[float] = res["arrivals"]  # type: ignore[assignment]
+            ok, odd = await verify(bench, res["tasks"])  # type: ignore[arg-type]
+            completed, failed = counts.get("completed", 0), counts.get("failed", 0)
+            good = completed == inflight and not failed and not res["lost"] and ok == inflight
+            all_good &= good
+            rates.append(inflight / wall)
+            print(
+                f"round {r}: {inflight} runs in flight · {inflight / wall:6.1f} runs/s · "
+                f"{int(res['events']) / wall:7.0f} events/s ({res['events']} events in "  # type: ignore[call-overload]
+                f"{wall:.2f} s; submitting took {float(res['submitted']) * 1000:.0f} ms)"  # type: ignore[arg-type]
+            )
+            if arrivals:
+                print(
+                    f"  completion times from submit: first {arrivals[0] * 1000:.0f} ms · "
+                    f"p50 {pct(arrivals, 50) * 1000:.0f} ms · last {arrivals[-1] * 1000:.0f} ms"
+                )
+            print(f"  {res['cpu'].report(inflight)}".replace("\n", "\n  "))  # type: ignore[attr-defined]
+            print(
+                f"  check: run.completed {completed} / {inflight}, run.failed {failed}, "
+                f"no terminal event {res['lost']}, exact one-tool flow {ok} / {inflight}"
+                + (f", other shapes {dict(odd)}" if odd else "")
+                + (" · OK" if good else " · LOST OR BROKEN RUNS")
+            )
+        stats = {rt.durable: (rt.processed, rt.superseded, rt.dead_lettered)
+                 for rt in bench.host.runtimes}  # fmt: skip
+        print(
+            "handlers (processed, superseded decisions, dead letters): "
+            + ", ".join(f"{k} {v}" for k, v in stats.items())
+        )
+        dead = sum(v[2] for v in stats.values())
+        best = max(rates)
+        print(
+            f"throughput, {inflight} runs in flight: {sorted(rates)[len(rates) // 2]:.1f} runs/s "
+            f"median of {rounds} rounds (best {best:.1f}) · "
+            f"{'no run lost, none failed' if all_good and not dead else 'RUNS LOST/FAILED'}"
+        )
+    print(f"at the end: {calibration()}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inflight", type=int, default=100, help="runs submitted at once per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=20, help="runs in the warm-up round")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait per round")
+    ap.add_argument(
+        "--projections",
+        choices=("all", "sessions", "none"),
+        default="all",
+        help="diagnosis: which SQL projections run alongside (default: all, as in production)",
+    )
+    a = ap.parse_args()
+    asyncio.run(main(a.inflight, a.rounds, a.warmup, a.timeout, a.projections))

@@ -97,8 +97,9 @@ def build_reactors(
     skills = SkillLibrary.discover([bundled_skills_dir()])
     registry = ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool()])
 
-    async def session(session_id: str, run_id: str) -> list[Message]:
-        return history_messages(await session_history(engine, session_id, run_id))
+    async def session(session_id: str, run_id: str, before_seq: int) -> list[Message]:
+        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
+        return history_messages(rows)
 
     return [
         Orchestrator(log),

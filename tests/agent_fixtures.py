@@ -49,8 +49,9 @@ def agent_reactors(
 ) -> list[Reactor]:
     reg = registry()
 
-    async def history(session_id: str, run_id: str) -> list[Message]:
-        return history_messages(await session_history(engine, session_id, run_id))
+    async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
+        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
+        return history_messages(rows)
 
     reactors: list[Reactor] = [Orchestrator(log, name=n) for n in orchestrators]
     if policy:

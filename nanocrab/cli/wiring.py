@@ -47,8 +47,9 @@ def build_reactors(
         [*default_tools(web_allow=settings.web_allow), SkillTool(skills), SpawnTool()]
     )
 
-    async def history(session_id: str, run_id: str) -> list[Message]:
-        return history_messages(await session_history(engine, session_id, run_id))
+    async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
+        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
+        return history_messages(rows)
 
     return [
         Orchestrator(log),

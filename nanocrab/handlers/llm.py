@@ -37,8 +37,10 @@ from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
 from nanocrab.skills import SkillLibrary
 from nanocrab.tools.registry import ToolRegistry
 
-SessionHistory = Callable[[str, str], Awaitable[list[Message]]]
-"""(session_id, current run_id) → earlier messages of the session, oldest first."""
+SessionHistory = Callable[[str, str, int], Awaitable[list[Message]]]
+"""(session_id, current run_id, task sequence) → the session's messages from before the task,
+oldest first. Implementations must not answer from a read model that has not yet seen
+everything before that sequence."""
 
 _DELTA_FLUSH_CHARS = 200
 _DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
@@ -80,6 +82,7 @@ class LlmHandler:
         self.model = model
         self.skills = skills
         self.history = history
+        self._histories: dict[str, list[Message]] = {}
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
@@ -92,9 +95,7 @@ class LlmHandler:
             return []
         if turn.response is not None or turn.failure is not None:
             return []
-        history: list[Message] = []
-        if self.history is not None and state.task.session_id and not state.task.parent_run_id:
-            history = await self.history(state.task.session_id, state.run_id)
+        history = await self._history(state)
         out: list[Event] = []
         compacted = False
         while True:
@@ -126,6 +127,19 @@ class LlmHandler:
                     )
                 )
                 return out
+
+    async def _history(self, state: RunState) -> list[Message]:
+        """The session's earlier messages, fetched once per run (they cannot change under it)."""
+        task = state.task
+        if self.history is None or task is None or not task.session_id or task.parent_run_id:
+            return []
+        cached = self._histories.get(state.run_id)
+        if cached is None:
+            cached = await self.history(task.session_id, state.run_id, state.task_seq)
+            self._histories[state.run_id] = cached
+            while len(self._histories) > 1024:
+                self._histories.pop(next(iter(self._histories)))
+        return cached
 
     async def _call(self, request: ModelRequest, event: LlmRequested, out: list[Event]) -> Event:
         deltas = _Deltas(self.log, event)

@@ -90,6 +90,7 @@ class RunState:
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
+    task_seq: int = 0  # stream sequence of the task.submitted
 
     @property
     def terminal(self) -> bool:
@@ -119,7 +120,8 @@ class RunState:
         self.last_time = event.time
         match event:
             case TaskSubmitted():
-                self.task = self.task or event
+                if self.task is None:
+                    self.task, self.task_seq = event, seq
             case RunStarted():
                 self.started = event
                 if self.status == "new":

@@ -7,6 +7,7 @@ session: its history no longer feeds new tasks.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from sqlalchemy import (
@@ -25,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import MessageQueued, ReplySent, SessionArchived, TaskSubmitted
-from nanocrab.projections.db import bulk_insert, metadata
+from nanocrab.projections.db import bulk_insert, checkpoints, metadata
 
 session_messages = Table(
     "session_messages",
@@ -92,10 +93,32 @@ class SessionsProjection:
 
 
 async def session_history(
-    engine: AsyncEngine, session_id: str, exclude_run_id: str, *, limit: int = 200
+    engine: AsyncEngine,
+    session_id: str,
+    exclude_run_id: str,
+    *,
+    before_seq: int = 0,
+    wait_s: float = 5.0,
+    limit: int = 200,
 ) -> list[tuple[str, str]]:
     """The session's earlier ``(role, text)`` messages (newest ``limit``, oldest first); empty
-    when the session was archived."""
+    when the session was archived.
+
+    Waits (up to ``wait_s``) until the projection has applied everything before ``before_seq``,
+    so a task that follows a reply at once still sees that reply.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while before_seq > 1:
+        async with engine.connect() as conn:
+            position = await conn.scalar(
+                select(checkpoints.c.stream_seq).where(
+                    checkpoints.c.name == SessionsProjection.name
+                )
+            )
+        if (position or 0) >= before_seq - 1 or loop.time() > deadline:
+            break
+        await asyncio.sleep(0.005)
     async with engine.connect() as conn:
         archived = await conn.scalar(
             select(archived_sessions.c.archived).where(archived_sessions.c.session_id == session_id)

@@ -18,11 +18,32 @@ from collections.abc import Sequence
 from nanocrab.bus import AppendConflict, Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.runtime import stamp
-from nanocrab.events import EVENT_TYPES, Event, utcnow
+from nanocrab.events import (
+    EVENT_TYPES,
+    Event,
+    LlmRequested,
+    ReplySent,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    SubagentSpawned,
+    ToolRequested,
+    ToolSkipped,
+    utcnow,
+)
 from nanocrab.handlers.orchestrator.decide import deadline, decide
 from nanocrab.handlers.runloader import RunLoader
 
 log = logging.getLogger(__name__)
+
+QUIET_OWN_EVENTS: tuple[type[Event], ...] = (
+    RunStarted, LlmRequested, ToolRequested, ToolSkipped, ReplySent, RunCompleted, RunFailed,
+    SubagentSpawned,
+)  # fmt: skip
+"""What :func:`decide` emits that never needs a decision of its own: each leaves the run waiting
+for the model, the policy, a tool or a child. Not in the list, because another run's decision
+depends on them: a child's ``task.submitted``, a cascaded ``run.cancelled``, and the
+``tool.completed`` / ``subagent.completed`` a finished child sends its parent."""
 
 RUN_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
@@ -44,6 +65,8 @@ class Orchestrator:
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
         if event.run_id is None:
             return []
+        if event.source == self.name and isinstance(event, QUIET_OWN_EVENTS):
+            return []  # its own decision: the state it leads to waits on someone else
         state = await self.loader.state(event.run_id)
         decision = decide(state, utcnow())
         if state.terminal and not decision:

@@ -99,6 +99,22 @@ def stamp(
     return out
 
 
+async def append_reaction(log_: EventLog, handler: str, cause: Event, reaction: Reaction) -> bool:
+    """Stamp and append a reaction; ``False`` when its precondition failed and nothing of it
+    was stored (the first event carries the ``expect``, the rest follow as one batch)."""
+    events = stamp(handler, cause, reaction.events)
+    if not events:
+        return True
+    if reaction.expect is not None:
+        try:
+            await log_.append(events[0], expect=reaction.expect)
+        except AppendConflict:
+            return False
+        events = events[1:]
+    await log_.append_batch(events)
+    return True
+
+
 class HandlerRuntime:
     """One reactor bound to its durable consumer ``<reactor.name>`` on the log stream.
 
@@ -300,19 +316,10 @@ class HandlerRuntime:
         self.processed += 1
 
     async def _append(self, cause: Event, reaction: Reaction) -> None:
-        events = stamp(self.durable, cause, reaction.events)
-        if not events:
-            return
-        if reaction.expect is not None:
-            try:
-                await self.log.append(events[0], expect=reaction.expect)
-            except AppendConflict:
-                log.debug("handler %s: reaction to %s superseded by a newer event", self.durable,
-                          cause.id)  # fmt: skip
-                self.superseded += 1
-                return
-            events = events[1:]
-        await self.log.append_batch(events)
+        if not await append_reaction(self.log, self.durable, cause, reaction):
+            log.debug("handler %s: reaction to %s superseded by a newer event", self.durable,
+                      cause.id)  # fmt: skip
+            self.superseded += 1
 
     async def _keep_alive(self, msg: Msg) -> None:
         """In-progress acks while a reactor works longer than a third of ``ack_wait``."""

@@ -15,9 +15,9 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from nanocrab.bus import AppendConflict, Delivery, EventLog, Expect, Reaction
+from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
-from nanocrab.bus.runtime import stamp
+from nanocrab.bus.runtime import append_reaction
 from nanocrab.events import (
     EVENT_TYPES,
     Event,
@@ -33,6 +33,7 @@ from nanocrab.events import (
 )
 from nanocrab.handlers.orchestrator.decide import deadline, decide
 from nanocrab.handlers.runloader import RunLoader
+from nanocrab.handlers.runstate import RunState
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,16 @@ class Orchestrator:
             return []
         if event.source == self.name and isinstance(event, QUIET_OWN_EVENTS):
             return []  # its own decision: the state it leads to waits on someone else
-        state = await self.loader.state(event.run_id)
+        _, reaction = await self._decide(event.run_id)
+        return reaction
+
+    async def _decide(self, run_id: str) -> tuple[RunState, Reaction]:
+        """The decision on the run as the log has it now, guarded by the run's last sequence."""
+        state = await self.loader.state(run_id)
         decision = decide(state, utcnow())
         if state.terminal and not decision:
-            self.loader.forget(event.run_id)
-        if not decision:
-            return []
-        return Reaction(decision, expect=Expect(state.seq, self.loader.scope(event.run_id)))
+            self.loader.forget(run_id)
+        return state, Reaction(decision, expect=Expect(state.seq, self.loader.scope(run_id)))
 
     async def background(self) -> None:
         """Time-outs: nothing else wakes up a run whose tool or model never answers."""
@@ -88,14 +92,6 @@ class Orchestrator:
                     await self._wake(cached.run_id)
 
     async def _wake(self, run_id: str) -> None:
-        state = await self.loader.state(run_id)
-        decision = decide(state, utcnow())
-        if not decision or not state.events:
-            return
-        cause = state.events[-1]
-        events = stamp(self.name, cause, decision)
-        try:
-            await self.log.append(events[0], expect=Expect(state.seq, self.loader.scope(run_id)))
-        except AppendConflict:
-            return
-        await self.log.append_batch(events[1:])
+        state, reaction = await self._decide(run_id)
+        if reaction.events and state.events:
+            await append_reaction(self.log, self.name, state.events[-1], reaction)

@@ -40,6 +40,8 @@ from nanocrab.events.security import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    Remember,
+    SecurityRejected,
 )
 from nanocrab.events.system import (
     BusDeadLettered,
@@ -125,6 +127,8 @@ __all__ = [
     "GrantDenied",
     "GrantIssued",
     "GrantRevoked",
+    "Remember",
+    "SecurityRejected",
     "GrepDetails",
     "GuardrailEvaluated",
     "ImageBlock",

@@ -33,6 +33,7 @@ from nanocrab.events.security import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    SecurityRejected,
 )
 from nanocrab.events.system import (
     BusDeadLettered,
@@ -65,7 +66,7 @@ AnyEvent = (
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
     | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved
-    | GrantIssued | GrantDenied | GrantRevoked
+    | GrantIssued | GrantDenied | GrantRevoked | SecurityRejected
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted
     | SkillPublished | SkillActivated | SkillRolledBack

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from nanocrab.events.base import Event, SubjectKind
+from nanocrab.events.values import Capability
 
 
 class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
@@ -24,6 +25,9 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
     skills: list[str] = []  # skills to preload (their bodies go into the system prompt)
     workspace: str | None = None  # directory the run's tools may touch; None = agent default
     max_steps: int | None = None
+    # a capability budget: narrows (never widens) what the policy rules allow for this run;
+    # None = the rules alone decide
+    capabilities: list[Capability] | None = None
 
 
 class RunStarted(Event, frozen=True, tag="run.started"):

@@ -1,12 +1,22 @@
-"""Grants (minted only by the policy handler) and human approvals."""
+"""Grants (minted only by the policy handler), human approvals, and refused forgeries.
+
+Signed events (``grant.issued``, ``approval.granted``, ``approval.denied``) carry the signer's
+public nkey and an Ed25519 signature over their canonical bytes (every field except
+``signature``, see ``nanocrab.security.signing``). ``binding_hash`` ties a Guarded/Unsafe grant
+and its approval to one exact call: sha256 over (tool, arguments, resource, nonce).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, Literal
 
+import msgspec
+
 from nanocrab.events.base import Event
 from nanocrab.events.values import Capability, GrantScope, RiskTier
+
+Remember = Literal["once", "session"]
 
 
 class GrantIssued(Event, frozen=True, tag="grant.issued"):
@@ -17,8 +27,11 @@ class GrantIssued(Event, frozen=True, tag="grant.issued"):
     scope: GrantScope
     tier: RiskTier
     expires_at: datetime
-    binding_hash: str | None = None  # sha256 of (tool, arguments, resource) for guarded/unsafe
+    rule: str | None = None  # the policy rule that decided
+    binding_hash: str | None = None  # sha256 of (tool, arguments, resource, nonce)
     nonce: str | None = None
+    approval_id: str | None = None  # the human approval this grant rests on (guarded/unsafe)
+    remembered: bool = False  # issued from a session approval, without asking again
     signer: str = ""  # public nkey of the policy handler
     signature: str = ""
 
@@ -28,11 +41,14 @@ class GrantDenied(Event, frozen=True, tag="grant.denied"):
     tool: str
     reason: str
     rule: str | None = None
+    tier: RiskTier = "deny"
+    approval_id: str | None = None
 
 
 class GrantRevoked(Event, frozen=True, tag="grant.revoked"):
     grant_id: str
     reason: str
+    call_id: str | None = None
 
 
 class ApprovalRequested(Event, frozen=True, tag="approval.requested"):
@@ -43,12 +59,19 @@ class ApprovalRequested(Event, frozen=True, tag="approval.requested"):
     tier: RiskTier
     reason: str
     expires_at: datetime
+    rule: str | None = None
+    capabilities: list[Capability] = []
+    binding_hash: str = ""
+    nonce: str = ""
+    options: list[Remember] = msgspec.field(default_factory=lambda: ["once"])  # "session": Guarded only
 
 
 class ApprovalGranted(Event, frozen=True, tag="approval.granted"):
     approval_id: str
     approver: str
-    remember: Literal["once", "session"] = "once"
+    remember: Remember = "once"
+    binding_hash: str = ""  # must equal the request's: an approval answers one call only
+    signer: str = ""  # public nkey of the approver
     signature: str = ""
 
 
@@ -56,7 +79,23 @@ class ApprovalDenied(Event, frozen=True, tag="approval.denied"):
     approval_id: str
     approver: str
     reason: str = ""
+    binding_hash: str = ""
+    signer: str = ""
+    signature: str = ""
 
 
 class ApprovalExpired(Event, frozen=True, tag="approval.expired"):
     approval_id: str
+    call_id: str | None = None
+
+
+class SecurityRejected(Event, frozen=True, tag="security.rejected"):
+    """A handler refused an event it cannot trust (bad signer, bad signature, a replayed or
+    mismatched approval). The refused event changes nothing; this records that it was tried."""
+
+    rejected_id: str
+    rejected_type: str
+    reason: str
+    call_id: str | None = None
+    approval_id: str | None = None
+    signer: str | None = None

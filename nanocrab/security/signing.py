@@ -1,0 +1,71 @@
+"""Signing and verifying events, and the binding hash that ties an approval to one call.
+
+The signed bytes are the event's canonical JSON with ``signature`` emptied: msgspec encodes
+struct fields in their declared order and dict keys sorted (``order="sorted"``), so the bytes
+are a pure function of the values. Every field is covered — envelope included (run, source,
+ids) — so a signed event cannot be moved to another run or re-labelled.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+from collections.abc import Collection
+from typing import Any, TypeVar
+
+import msgspec
+import nacl.exceptions
+import nacl.signing
+import nkeys
+
+from nanocrab.events import Event
+
+E = TypeVar("E", bound=Event)
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_bytes(event: Event) -> bytes:
+    return _encoder.encode(msgspec.structs.replace(event, signature=""))  # type: ignore[call-arg]
+
+
+def sign(event: E, keypair: nkeys.KeyPair) -> E:
+    """``event`` with ``signer`` set to the key's public key and ``signature`` over it."""
+    signed = msgspec.structs.replace(event, signer=keypair.public_key.decode())  # type: ignore[call-arg]
+    sig = keypair.sign(canonical_bytes(signed))
+    return msgspec.structs.replace(signed, signature=base64.b64encode(sig).decode())  # type: ignore[call-arg]
+
+
+def verify(event: Event, trusted: Collection[str]) -> str | None:
+    """``None`` when ``event`` is signed by one of ``trusted`` public keys; else why not."""
+    signer: str = getattr(event, "signer", "")
+    signature: str = getattr(event, "signature", "")
+    if not signer or not signature:
+        return f"{event.type} {event.id} is not signed"
+    if signer not in trusted:
+        return f"{event.type} {event.id} is signed by {signer[:12]}…, which is not a trusted key"
+    try:
+        sig = base64.b64decode(signature, validate=True)
+        _verify_key(signer).verify(canonical_bytes(event), sig)
+    except (nkeys.NkeysError, nacl.exceptions.CryptoError, ValueError, binascii.Error) as exc:
+        return f"{event.type} {event.id} has an invalid signature ({exc.__class__.__name__})"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _verify_key(public: str) -> nacl.signing.VerifyKey:
+    """The Ed25519 key inside a public nkey (base32: prefix byte, 32 key bytes, crc16)."""
+    raw = base64.b32decode(public + "=" * (-len(public) % 8))
+    if len(raw) != 35 or not nkeys.valid_public_prefix_byte(raw[0]):
+        raise nkeys.ErrInvalidPublicKey()
+    if nkeys.crc16(bytearray(raw[:-2])) != int.from_bytes(raw[-2:], "little"):
+        raise nkeys.ErrInvalidPublicKey()
+    return nacl.signing.VerifyKey(raw[1:33])
+
+
+def binding_hash(tool: str, arguments: dict[str, Any], resource: str | None, nonce: str) -> str:
+    """sha256 over the exact call: the same tool with other arguments hashes differently."""
+    payload = _encoder.encode([tool, arguments, resource, nonce])
+    return hashlib.sha256(payload).hexdigest()

@@ -63,7 +63,8 @@ class ApprovalRequested(Event, frozen=True, tag="approval.requested"):
     capabilities: list[Capability] = []
     binding_hash: str = ""
     nonce: str = ""
-    options: list[Remember] = msgspec.field(default_factory=lambda: ["once"])  # "session": Guarded only
+    # "session" is offered for Guarded calls only
+    options: list[Remember] = msgspec.field(default_factory=lambda: ["once"])
 
 
 class ApprovalGranted(Event, frozen=True, tag="approval.granted"):

@@ -7,5 +7,5 @@ class SecurityError(Exception):
     """Base for security set-up errors; messages say what to do next."""
 
 
-class KeyError_(SecurityError):  # noqa: N801 - KeyError is a builtin
+class KeyFileError(SecurityError):
     """A key file is missing, malformed or too widely readable."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nkeys
 
-from nanocrab.security.errors import KeyError_
+from nanocrab.security.errors import KeyFileError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -34,7 +34,9 @@ class KeyRing:
 
     def seed_path(self, name: str) -> Path:
         if not _NAME.match(name):
-            raise KeyError_(f"invalid identity name {name!r}: use lower-case letters, digits, - _")
+            raise KeyFileError(
+                f"invalid identity name {name!r}: use lower-case letters, digits, - _"
+            )
         return self.dir / f"{name}.nk"
 
     def _ensure_dir(self) -> None:
@@ -65,7 +67,7 @@ class KeyRing:
     def _read(self, path: Path) -> bytes:
         mode = path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyError_(
+            raise KeyFileError(
                 f"{path} is readable by other users (mode {stat.S_IMODE(mode):o}); "
                 f"run `chmod 600 {path}`"
             )
@@ -73,7 +75,7 @@ class KeyRing:
         try:
             nkeys.from_seed(bytearray(seed))
         except nkeys.NkeysError as exc:
-            raise KeyError_(f"{path} does not hold a valid nkey seed: {exc!r}") from exc
+            raise KeyFileError(f"{path} does not hold a valid nkey seed: {exc!r}") from exc
         return seed
 
     def keypair(self, name: str) -> nkeys.KeyPair:

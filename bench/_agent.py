@@ -27,14 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nanocrab.bus import EventLog, Reactor, RuntimeOptions, Stored, read_run, sanitize_token
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.host import Host
-from nanocrab.events import TaskSubmitted, new_event_id
+from nanocrab.events import Event, TaskSubmitted, new_event_id
 from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
-from nanocrab.handlers.policy import BasicPolicy
+from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.llm import ScriptedProvider
 from nanocrab.llm.base import DeltaSink, Message, ModelRequest, ModelResponse, Provider
+from nanocrab.policy import Policy
 from nanocrab.projections import (
     SessionsProjection,
     all_projections,
@@ -42,6 +43,7 @@ from nanocrab.projections import (
     make_engine,
     session_history,
 )
+from nanocrab.security import KeyRing, verify
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 
@@ -101,14 +103,38 @@ def build_reactors(
         rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
         return history_messages(rows)
 
+    keys = KeyRing(workspace.parent / "keys")
+    policy_keys = frozenset({keys.public_key("policy")})
+
+    def trust(event: Event) -> bool:
+        return verify(event, policy_keys) is None
+
     return [
-        Orchestrator(log),
-        BasicPolicy(log, default_workspace=workspace),
+        Orchestrator(log, trust=trust),
+        PolicyHandler(log, policy=BENCH_POLICY, keys=keys, known_tools=frozenset(registry.names()),
+                      default_workspace=workspace),
         Executor(log, registry=registry, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
-                 default_workspace=workspace),
+                 default_workspace=workspace, trusted_policy=policy_keys,
+                 trusted_approvers=trusted_approvers(BENCH_POLICY, keys)),
         LlmHandler(log, provider=provider, registry=registry, default_workspace=workspace,
                    skills=skills, history=session if history else None),
     ]  # fmt: skip
+
+
+# Everything the benchmark's scripted agent does is Safe: the figures measure the loop with
+# signed, verified grants, not a person answering approvals.
+BENCH_POLICY = Policy.from_mapping(
+    {
+        "version": 1,
+        "rules": [
+            {"id": "workspace", "tools": ["read", "write", "edit", "ls", "glob", "grep"],
+             "paths": ["${workspace}"], "tier": "safe"},
+            {"id": "shell", "tools": ["exec"], "tier": "safe"},
+            {"id": "agent", "tools": ["skill", "spawn"], "tier": "safe"},
+        ],
+    },
+    source="bench/_agent.py",
+)  # fmt: skip
 
 
 class TimedReactor:

@@ -24,13 +24,31 @@ from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
-from nanocrab.handlers.policy import BasicPolicy
+from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.llm.base import Message, Provider
+from nanocrab.policy import Policy
 from nanocrab.projections import session_history
+from nanocrab.security import KeyRing, verify
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 
 FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=5.0, backoff_s=(0.1, 0.2), max_deliver=4)
+
+
+# The agent-loop tests exercise the loop, not the rules: everything in the workspace is Safe.
+# (tests/test_security.py drives the real tiers, approvals and refusals.)
+OPEN_POLICY = Policy.from_mapping(
+    {
+        "version": 1,
+        "rules": [
+            {"id": "workspace", "tools": ["read", "write", "edit", "ls", "glob", "grep"],
+             "paths": ["${workspace}"], "tier": "safe"},
+            {"id": "shell", "tools": ["exec"], "tier": "safe"},
+            {"id": "agent", "tools": ["skill", "spawn", "web_fetch"], "tier": "safe"},
+        ],
+    },
+    source="tests/agent_fixtures.py",
+)  # fmt: skip
 
 
 def registry() -> ToolRegistry:
@@ -46,19 +64,29 @@ def agent_reactors(
     *,
     policy: bool = True,
     orchestrators: Sequence[str] = ("orchestrator",),
+    rules: Policy = OPEN_POLICY,
+    keys: KeyRing | None = None,
 ) -> list[Reactor]:
     reg = registry()
+    keys = keys or KeyRing(workspace.parent / f"{workspace.name}-keys")
+    policy_keys = frozenset({keys.public_key("policy")})
 
     async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
         rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
         return history_messages(rows)
 
-    reactors: list[Reactor] = [Orchestrator(log, name=n) for n in orchestrators]
+    def trust(event: Event) -> bool:
+        return verify(event, policy_keys) is None
+
+    reactors: list[Reactor] = [Orchestrator(log, name=n, trust=trust) for n in orchestrators]
     if policy:
-        reactors.append(BasicPolicy(log, default_workspace=workspace))
+        reactors.append(PolicyHandler(log, policy=rules, keys=keys,
+                                      known_tools=frozenset(reg.names()),
+                                      default_workspace=workspace))
     reactors += [
         Executor(log, registry=reg, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
-                 default_workspace=workspace, tool_timeout_s=20),
+                 default_workspace=workspace, tool_timeout_s=20, trusted_policy=policy_keys,
+                 trusted_approvers=trusted_approvers(rules, keys)),
         LlmHandler(log, provider=provider, registry=reg, default_workspace=workspace,
                    skills=SkillLibrary.discover([bundled_skills_dir()]), history=history,
                    backoff_s=0.01, backoff_max_s=0.05),

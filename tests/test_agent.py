@@ -27,6 +27,7 @@ from nanocrab.events import (
     RunCancelled,
     RunCompleted,
     RunFailed,
+    SecurityRejected,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -324,12 +325,17 @@ async def test_a_tool_call_without_a_grant_is_never_executed(
             tier="safe", expires_at=utcnow(), run_id=task.run_id, source="mallory",
         )  # fmt: skip
         await log.append(forged)
-        events = await finished(log, task.run_id or "")
+
+        async def rejected() -> list[SecurityRejected]:
+            return of_type(
+                [s.event for s in await read_run(log, task.run_id or "")], SecurityRejected
+            )
+
+        (refusal,) = await eventually(rejected)
+        events = [s.event for s in await read_run(log, task.run_id or "")]
     assert not (workspace / "pwned.txt").exists()
-    (refused,) = of_type(events, ToolCompleted)
-    assert refused.is_error and refused.error_kind == "denied"
-    assert "mallory" in refused.content[0].text  # type: ignore[union-attr]
-    assert not of_type(events, ToolStarted)
+    assert "not signed" in refusal.reason and refusal.call_id == req.call_id
+    assert not of_type(events, ToolStarted) and not of_type(events, ToolCompleted)
 
 
 ESCAPES = """
@@ -356,7 +362,7 @@ async def test_path_escapes_are_denied(
         await log.append(task)
         events = await finished(log, task.run_id or "")
     denied = of_type(events, GrantDenied)
-    assert len(denied) == 4 and all(d.rule == "workspace" for d in denied)
+    assert len(denied) == 4 and all("no rule allows" in d.reason for d in denied)
     assert [c.tool for c in of_type(events, ToolCompleted)] == ["read"], "only greet.py was read"
     assert not (tmp_path / "new.txt").exists()
     assert "top secret" not in str([e for e in events])
@@ -467,7 +473,8 @@ async def test_a_result_too_large_for_an_event_keeps_a_preview_and_goes_to_the_o
 
     artifacts = JetStreamArtifacts(log)
     executor = Executor(log, registry=registry(), ops=LocalOperations(), artifacts=artifacts,
-                        default_workspace=workspace)  # fmt: skip
+                        default_workspace=workspace, trusted_policy=frozenset(),
+                        trusted_approvers=frozenset())  # fmt: skip
     huge = "x" * (log.codec.max_bytes + 10)
     fitted = await executor._fit(
         ToolCompleted(call_id="c", tool="web_fetch", content=[TextBlock(huge)])

@@ -209,6 +209,15 @@ def test_rerun_replays_a_past_run_against_todays_code(home: Path, tmp_path: Path
 
     first = cli(home, "demo", timeout=120)
     assert first.returncode == 0, first.stderr
+    # the demo approved its edit at the prompt; a rerun has nobody to ask, so this data
+    # directory's policy makes workspace edits Safe
+    (home / "policy.yaml").write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - {id: files, tools: [read, ls, edit, write], paths: ['${workspace}'], tier: safe}\n"
+        "  - {id: tests, tools: [exec], commands: ['python3 -m unittest*'], tier: safe}\n"
+        "  - {id: skills, tools: [skill], tier: safe}\n"
+    )
     run_id = re.search(r"run ([0-9A-Z]{26})", first.stdout).group(1)  # type: ignore[union-attr]
     fresh = demo_project.make_workspace(tmp_path / "fresh")
     again = cli(home, "rerun", run_id, "--workspace", str(fresh), timeout=120)

@@ -2,10 +2,13 @@
 
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.connection import connect, ensure_streams
+from nanocrab.bus.connector import Connector
 from nanocrab.bus.errors import (
     AppendConflict,
     AppendRejected,
+    AuthenticationFailed,
     BusError,
+    PublishRefused,
     ServerStartError,
     TransientError,
 )
@@ -20,13 +23,16 @@ __all__ = [
     "AppendConflict",
     "AppendRejected",
     "Appended",
+    "AuthenticationFailed",
     "BusConfig",
     "BusError",
+    "Connector",
     "Delivery",
     "EmbeddedServer",
     "EventLog",
     "Expect",
     "HandlerRuntime",
+    "PublishRefused",
     "RawMessage",
     "Reaction",
     "Reactor",

@@ -5,22 +5,36 @@ from __future__ import annotations
 import hashlib
 
 import nats.errors
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js import JetStreamContext
+from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 
+from nanocrab.bus.config import BusConfig
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import EventLog
+from nanocrab.bus.permissions import artifact_bucket
 from nanocrab.events import ArtifactRef
 
 
-class JetStreamArtifacts:
-    """Stores artifacts in the object-store bucket ``<root>_artifacts`` (created on first use).
+async def ensure_bucket(js: JetStreamContext, cfg: BusConfig) -> None:
+    """Create the artifact bucket if missing (set-up, as ``admin`` when permissions are on)."""
+    try:
+        await js.object_store(artifact_bucket(cfg))
+    except (BucketNotFoundError, NotFoundError):
+        await js.create_object_store(artifact_bucket(cfg))
 
-    Keys are ``<sha256>/<name>``: the same bytes stored twice are one object.
+
+class JetStreamArtifacts:
+    """Stores artifacts in the object-store bucket ``<root>_artifacts``.
+
+    Keys are ``<sha256>/<name>``: the same bytes stored twice are one object, written once (so
+    the writer never needs to purge the old chunks of a rewritten object, which the broker's
+    permissions do not allow it). The bucket is created at set-up; without broker permissions
+    it is also created on first use.
     """
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self.bucket = f"{log.cfg.root}_artifacts"
+        self.bucket = artifact_bucket(log.cfg)
         self._store = None
 
     async def _obj(self):  # type: ignore[no-untyped-def]
@@ -38,7 +52,10 @@ class JetStreamArtifacts:
         key = f"{digest}/{name}"
         store = await self._obj()
         try:
-            await store.put(key, data)
+            try:
+                await store.get_info(key)
+            except ObjectNotFoundError:
+                await store.put(key, data)
         except (nats.errors.Error, OSError) as exc:
             raise BusError(f"could not store artifact {name!r}: {exc!r}") from exc
         return ArtifactRef(

@@ -36,6 +36,19 @@ class BusConfig(BaseModel):
     ephemeral_ttl_s: float = 3600.0
     ephemeral_max_age_s: float = 24 * 3600.0
     append_timeout_s: float = 5.0
+    auth: bool | None = None
+    """Broker permissions (DESIGN §8, docs/security.md): each connection authenticates as its
+    identity with the nkey seed in ``keys_dir``. ``None`` means on for the embedded server (which
+    is then configured with them) and off for an external ``url`` (``NANOCRAB_NATS_AUTH``)."""
+
+    @property
+    def authenticated(self) -> bool:
+        return self.auth if self.auth is not None else self.url is None
+
+    @property
+    def keys_dir(self) -> Path:
+        """The data directory's identities (``<data_dir>/keys``, one ``<name>.nk`` seed each)."""
+        return self.data_dir / "keys"
 
     @property
     def log_stream(self) -> str:

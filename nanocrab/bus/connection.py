@@ -1,9 +1,14 @@
-"""Connecting to NATS and preparing the streams."""
+"""Connecting to NATS (as an nkey identity when the broker enforces permissions), reporting
+what the server refuses, and preparing the streams."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
+import weakref
+from collections.abc import Callable
 
 import nats
 from nats.aio.client import Client as NATS
@@ -12,9 +17,12 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from nanocrab.bus.config import BusConfig
-from nanocrab.bus.errors import BusError
+from nanocrab.bus.errors import AuthenticationFailed, BusError
 
 log = logging.getLogger(__name__)
+
+# nats-py lower-cases the server's ``-ERR 'Permissions Violation for Publish to "<subject>"'``
+_PUBLISH_REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
 
 
 class Reconnects:
@@ -38,45 +46,125 @@ class Reconnects:
         self.connected.set()
 
 
+class Refusals:
+    """Publishes the server refused on one connection, reported to whoever waits for them.
+
+    A refused PUB is dropped by the server, which says so only with an asynchronous
+    ``-ERR 'Permissions Violation for Publish to "<subject>"'`` (the connection stays up). A
+    JetStream publish would then wait for an acknowledgement that never comes; the event log's
+    ack collector listens here instead and fails the waiting append at once.
+    """
+
+    def __init__(self, identity: str | None = None) -> None:
+        self.identity = identity
+        self._listeners: list[weakref.WeakMethod[Callable[[str], None]]] = []
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Call the bound method ``listener(subject)`` (lower-cased, as nats-py reports it) on
+        each refusal, for as long as its object lives."""
+        self._listeners = [ref for ref in self._listeners if ref() is not None]
+        self._listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+
+    def report(self, error: str) -> bool:
+        """Handle a server error message; ``True`` when it was a refused publish."""
+        match = _PUBLISH_REFUSED.search(error)
+        if match is None:
+            return False
+        subject = match.group(1).lower()
+        for ref in self._listeners:
+            listener = ref()
+            if listener is not None:
+                listener(subject)
+        return True
+
+
 async def connect(
     url: str,
     *,
     name: str = "nanocrab",
     user: str | None = None,
     password: str | None = None,
+    nkey_seed: bytes | None = None,
+    identity: str | None = None,
     connect_timeout: float = 5.0,
 ) -> NATS:
-    """A client that reconnects forever, quickly: handlers ride out a server restart."""
+    """A client that reconnects forever, quickly: handlers ride out a server restart.
+
+    With ``nkey_seed`` the connection authenticates as that nkey user; ``identity`` names it in
+    errors (a refused publish or refused credentials say who was refused).
+    """
     reconnects = Reconnects()
+    refusals = Refusals(identity)
+    credentials_refused = asyncio.Event()
+    who = f"identity {identity!r}" if identity else "this client"
 
     async def error_cb(exc: Exception) -> None:
-        log.debug("nats %s: %r", name, exc)
+        text = str(exc).lower()
+        if "authorization violation" in text:
+            credentials_refused.set()
+            log.warning("nats %s: the server refused the credentials of %s", name, who)
+        elif refusals.report(text) or "permissions violation" in text:
+            # a refused subscription or API request has no waiter to fail: only the log says
+            log.warning("nats %s: %s refused: %s", name, who, exc)
+        else:
+            log.debug("nats %s: %r", name, exc)
 
+    attempt = asyncio.ensure_future(
+        nats.connect(
+            url,
+            name=name,
+            user=user,
+            password=password,
+            nkeys_seed_str=nkey_seed.decode() if nkey_seed else None,
+            connect_timeout=connect_timeout,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            allow_reconnect=True,
+            error_cb=error_cb,
+            disconnected_cb=reconnects.on_disconnect,
+            reconnected_cb=reconnects.on_reconnect,
+        )
+    )
+    refused = asyncio.ensure_future(credentials_refused.wait())
     try:
         # The deadline bounds the *first* connection: with unlimited reconnects nats-py would
-        # otherwise retry an unreachable URL forever instead of telling the user.
-        nc = await asyncio.wait_for(
-            nats.connect(
-                url,
-                name=name,
-                user=user,
-                password=password,
-                connect_timeout=connect_timeout,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25,
-                allow_reconnect=True,
-                error_cb=error_cb,
-                disconnected_cb=reconnects.on_disconnect,
-                reconnected_cb=reconnects.on_reconnect,
-            ),
-            timeout=connect_timeout,
+        # otherwise retry an unreachable URL, or refused credentials, forever.
+        await asyncio.wait(
+            {attempt, refused}, timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED
         )
+    finally:
+        refused.cancel()
+        if not attempt.done():
+            attempt.cancel()
+            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
+                await attempt
+    try:
+        if attempt.cancelled():
+            if credentials_refused.is_set():
+                raise nats.errors.AuthorizationError()
+            raise TimeoutError()
+        nc = attempt.result()
     except (OSError, nats.errors.NoServersError, TimeoutError) as exc:
         raise BusError(
             f"cannot connect to NATS at {url}: {exc!r}; is the server running? "
             "(`nanocrab up` starts one, or unset NANOCRAB_NATS_URL to use the embedded server)"
         ) from exc
+    except nats.errors.Error as exc:
+        text = str(exc).lower()
+        if "authorization" not in text:
+            raise BusError(f"cannot connect to NATS at {url}: {exc!r}") from exc
+        raise AuthenticationFailed(
+            f"NATS at {url} refused the credentials of {who} (authorization violation): "
+            + (
+                "is its nkey seed one the server's config lists? "
+                "(`nanocrab security nats-config` prints the config for this data dir's keys)"
+                if nkey_seed
+                else "the server requires each client to authenticate with its own nkey "
+                "(docs/security.md)"
+            )
+        ) from exc
     nc.nanocrab_reconnects = reconnects  # type: ignore[attr-defined]
+    nc.nanocrab_refusals = refusals  # type: ignore[attr-defined]
     return nc
 
 
@@ -85,6 +173,14 @@ def reconnects_of(nc: NATS) -> Reconnects:
     if rec is None:
         rec = Reconnects()
         nc.nanocrab_reconnects = rec  # type: ignore[attr-defined]
+    return rec
+
+
+def refusals_of(nc: NATS) -> Refusals:
+    rec = getattr(nc, "nanocrab_refusals", None)
+    if rec is None:
+        rec = Refusals()
+        nc.nanocrab_refusals = rec  # type: ignore[attr-defined]
     return rec
 
 

@@ -33,3 +33,23 @@ class AppendRejected(BusError):
 
 class TransientError(BusError):
     """Raised by a reactor for a failure worth retrying later: the event is nak'd with backoff."""
+
+
+class AuthenticationFailed(BusError):
+    """The server refused the connection's credentials (unknown or missing nkey)."""
+
+
+class PublishRefused(BusError):
+    """The broker refused a publish: the identity may not publish on that subject (DESIGN §8).
+
+    Nothing was stored. This is a wiring or security bug, not something to retry.
+    """
+
+    def __init__(self, identity: str | None, subject: str) -> None:
+        who = f"identity {identity!r}" if identity else "this connection"
+        super().__init__(
+            f"the broker refused to let {who} publish on {subject!r} (permissions violation); "
+            "see `nanocrab security nats-config` for what each identity may publish"
+        )
+        self.identity = identity
+        self.subject = subject

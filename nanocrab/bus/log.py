@@ -15,15 +15,14 @@ from dataclasses import dataclass
 
 import msgspec
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from nanocrab.bus.config import BusConfig
-from nanocrab.bus.connection import ensure_streams
-from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError
+from nanocrab.bus.connection import ensure_streams, refusals_of
+from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError, PublishRefused
 from nanocrab.bus.subjects import Subjects
 from nanocrab.bus.tracing import current_traceparent, new_traceparent
 from nanocrab.events import Codec, Event, EventDecodeError
@@ -79,10 +78,12 @@ _pub_ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
 class _AckCollector:
-    """Collects JetStream publish acks for pipelined batches on one wildcard inbox.
+    """Collects JetStream publish acks for single and pipelined appends on one wildcard inbox.
 
     Cheaper per message than ``publish_async`` (one future per *batch*, acks decoded by msgspec),
-    which is what lets a batch append keep up with the server.
+    which is what lets a batch append keep up with the server. A publish the broker refuses is
+    never acknowledged: the connection's :class:`~nanocrab.bus.connection.Refusals` tells the
+    collector, which fails the appends waiting on that subject at once.
     """
 
     def __init__(self, nc: NATS) -> None:
@@ -90,17 +91,29 @@ class _AckCollector:
         self.prefix = nc.new_inbox()
         self._next = 0
         self._open: dict[
-            int, tuple[list[_PubAck | None], list[int], asyncio.Future[list[_PubAck]]]
+            int,
+            tuple[list[_PubAck | None], list[int], asyncio.Future[list[_PubAck]], Sequence[str]],
         ] = {}
+        self._refusals = refusals_of(nc)
+        self._refusals.listen(self._on_refused)
 
     async def start(self) -> None:
         await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_ack)
 
-    def open(self, size: int) -> tuple[int, asyncio.Future[list[_PubAck]]]:
+    def open(self, subjects: Sequence[str]) -> tuple[int, asyncio.Future[list[_PubAck]]]:
         self._next += 1
         future: asyncio.Future[list[_PubAck]] = asyncio.get_running_loop().create_future()
-        self._open[self._next] = ([None] * size, [size], future)
+        self._open[self._next] = ([None] * len(subjects), [len(subjects)], future, subjects)
         return self._next, future
+
+    def _on_refused(self, subject: str) -> None:
+        """Fail every open append that published on ``subject`` (lower-cased by nats-py)."""
+        for _, _, future, subjects in self._open.values():
+            if future.done():
+                continue
+            refused = next((s for s in subjects if s.lower() == subject), None)
+            if refused is not None:
+                future.set_exception(PublishRefused(self._refusals.identity, refused))
 
     def close(self, batch_id: int) -> None:
         self._open.pop(batch_id, None)
@@ -113,7 +126,7 @@ class _AckCollector:
         entry = self._open.get(int(batch))
         if entry is None:
             return  # a batch that timed out
-        acks, remaining, future = entry
+        acks, remaining, future, _ = entry
         i = int(index)
         if acks[i] is not None:
             return
@@ -138,7 +151,11 @@ class RawMessage:
 
 
 class EventLog:
-    """The write side of the bus, plus point reads by sequence."""
+    """The write side of the bus, plus point reads by sequence.
+
+    Appends publish as the connection's identity: with broker permissions on, one the identity
+    may not publish raises :class:`PublishRefused` as soon as the server says so.
+    """
 
     def __init__(self, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> None:
         self.nc = nc
@@ -147,6 +164,7 @@ class EventLog:
         self.codec = codec or Codec(max_bytes=cfg.max_event_bytes)
         self.subjects = Subjects(cfg.root, cfg.ephemeral_root)
         self._acks: _AckCollector | None = None
+        self._acks_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> EventLog:
@@ -180,24 +198,16 @@ class EventLog:
             headers[H_EXPECTED_SEQ] = str(expect.seq)
             if expect.scope is not None:
                 headers[H_EXPECTED_SCOPE] = expect.scope
-        try:
-            ack = await self.js.publish(subject, payload, headers=headers)
-        except APIError as exc:
-            if exc.err_code in _CONFLICT_CODES and expect is not None:
+        (ack,) = await self._publish([(subject, payload, headers)], what=f"{event.type} {event.id}")
+        if ack.error is not None:
+            if ack.error.err_code in _CONFLICT_CODES and expect is not None:
                 scope = expect.scope or subject
                 earlier = await self._find_by_id(event.id, scope, after=expect.seq)
                 if earlier is not None:
                     return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
-                raise AppendConflict(scope, expect.seq, str(exc)) from exc
-            raise AppendRejected(f"{event.type} {event.id} refused: {exc}") from exc
-        except nats.js.errors.NoStreamResponseError as exc:
-            raise AppendRejected(
-                f"{event.type} {event.id}: no stream listens on {subject} (no responders); "
-                "are the streams set up on this server? (EventLog.open creates them)"
-            ) from exc
-        except (TimeoutError, nats.errors.Error) as exc:
-            raise BusError(f"no acknowledgement for {event.type} {event.id}: {exc!r}") from exc
-        return Appended(event.id, subject, ack.stream, ack.seq, bool(ack.duplicate))
+                raise AppendConflict(scope, expect.seq, _describe(ack.error))
+            raise _rejected(event, subject, ack)
+        return Appended(event.id, subject, ack.stream, ack.seq, ack.duplicate)
 
     async def append_nowait(self, event: Event) -> None:
         """Publish without waiting for JetStream's acknowledgement.
@@ -221,31 +231,47 @@ class EventLog:
             return []
         trace = current_traceparent() or new_traceparent()  # one per batch when none is set
         prepared = [self.prepare(e, trace) for e in events]
-        if self._acks is None:
-            self._acks = _AckCollector(self.nc)
-            await self._acks.start()
-        batch_id, done = self._acks.open(len(prepared))
-        try:
-            for i, (_, subject, payload, headers) in enumerate(prepared):
-                await self.nc.publish(
-                    subject, payload, reply=self._acks.reply(batch_id, i), headers=headers
-                )
-            acks = await asyncio.wait_for(done, timeout=self.cfg.append_timeout_s)
-        except TimeoutError as exc:
-            raise BusError(f"batch of {len(events)} not acknowledged in time") from exc
-        except nats.errors.Error as exc:
-            raise BusError(f"batch of {len(events)} failed: {exc!r}") from exc
-        finally:
-            self._acks.close(batch_id)
+        acks = await self._publish(
+            [(subject, payload, headers) for _, subject, payload, headers in prepared],
+            what=f"batch of {len(events)}",
+        )
         results = []
         for (ev, subject, _, _), ack in zip(prepared, acks, strict=True):
             if ack.error is not None:
-                raise AppendRejected(
-                    f"{ev.type} {ev.id} refused: {ack.error.description} "
-                    f"(err_code {ack.error.err_code})"
-                )
+                raise _rejected(ev, subject, ack)
             results.append(Appended(ev.id, subject, ack.stream, ack.seq, ack.duplicate))
         return results
+
+    async def _publish(
+        self, messages: Sequence[tuple[str, bytes, dict[str, str]]], *, what: str
+    ) -> list[_PubAck]:
+        """Publish in order, then wait (bounded) for every acknowledgement."""
+        acks = self._acks or await self._start_acks()
+        batch_id, done = acks.open([subject for subject, _, _ in messages])
+        try:
+            for i, (subject, payload, headers) in enumerate(messages):
+                await self.nc.publish(
+                    subject, payload, reply=acks.reply(batch_id, i), headers=headers
+                )
+            return await asyncio.wait_for(done, timeout=self.cfg.append_timeout_s)
+        except TimeoutError as exc:
+            raise BusError(
+                f"no acknowledgement for {what} within {self.cfg.append_timeout_s}s"
+            ) from exc
+        except nats.errors.Error as exc:
+            raise BusError(f"{what} failed: {exc!r}") from exc
+        finally:
+            acks.close(batch_id)
+
+    async def _start_acks(self) -> _AckCollector:
+        """Subscribe the ack inbox once; concurrent first appends wait for the same one (a
+        publish sent before the inbox is subscribed would lose its ack)."""
+        async with self._acks_lock:
+            if self._acks is None:
+                acks = _AckCollector(self.nc)
+                await acks.start()
+                self._acks = acks
+        return self._acks
 
     async def _find_by_id(
         self, event_id: str, scope: str, *, after: int, limit: int = 256
@@ -294,6 +320,20 @@ class EventLog:
     async def stream_last_seq(self, stream: str | None = None) -> int:
         info = await self.js.stream_info(stream or self.cfg.log_stream)
         return int(info.state.last_seq)
+
+
+def _describe(error: _ApiError) -> str:
+    return f"{error.description} (code {error.code}, err_code {error.err_code})"
+
+
+def _rejected(event: Event, subject: str, ack: _PubAck) -> AppendRejected:
+    assert ack.error is not None
+    if ack is _NO_RESPONDERS:
+        return AppendRejected(
+            f"{event.type} {event.id}: no stream listens on {subject} (no responders); "
+            "are the streams set up on this server? (EventLog.open creates them)"
+        )
+    return AppendRejected(f"{event.type} {event.id} refused: {_describe(ack.error)}")
 
 
 __all__ = ["Appended", "EventDecodeError", "EventLog", "Expect", "RawMessage"]

@@ -26,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.errors import AppendConflict, BusError, TransientError
+from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.log import EventLog
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.subjects import sanitize_token
@@ -99,10 +99,12 @@ def stamp(
     return out
 
 
-async def append_reaction(log_: EventLog, handler: str, cause: Event, reaction: Reaction) -> bool:
+async def append_reaction(
+    log_: EventLog, handler: str, cause: Event, reaction: Reaction, *, first: int = 0
+) -> bool:
     """Stamp and append a reaction; ``False`` when its precondition failed and nothing of it
     was stored (the first event carries the ``expect``, the rest follow as one batch)."""
-    events = stamp(handler, cause, reaction.events)
+    events = stamp(handler, cause, reaction.events, first=first)
     if not events:
         return True
     if reaction.expect is not None:
@@ -311,6 +313,9 @@ class HandlerRuntime:
                 await self._append(event, reaction)
             except EventDecodeError as exc:  # a reaction the codec refuses (e.g. oversized)
                 await self._dead_letter(msg, BusDeadLettered, "poison", f"reaction refused: {exc}")
+                return
+            except PublishRefused as exc:  # not this identity's to publish: retrying cannot help
+                await self._dead_letter(msg, BusDeadLettered, "poison", str(exc))
                 return
             await msg.ack()
         self.processed += 1

@@ -4,12 +4,18 @@
 URL are in ``<data_dir>/nats/server.json``); otherwise it writes a config, starts the binary on the
 preferred port (or a free one when that is taken), and waits until JetStream reports healthy.
 Only the process that started a server stops it.
+
+A server is only reused if it enforces the same ``authorization`` block (server.json records a
+digest of it). One that does not — started by an older nanocrab without broker permissions, or
+with other keys — may belong to another process, so it is neither reused nor restarted: start
+fails and says how to stop it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -96,6 +102,8 @@ class EmbeddedServer:
 
     ``sync_interval`` is JetStream's fsync policy: the server default (``"2m"``) batches fsyncs;
     ``"always"`` fsyncs every append (about 2.5x slower appends here) for power-loss durability.
+    ``authorization`` is an ``authorization { ... }`` block (see
+    :func:`nanocrab.bus.permissions.auth_config`); empty means no authentication.
     """
 
     def __init__(
@@ -106,6 +114,7 @@ class EmbeddedServer:
         port: int = DEFAULT_PORT,
         sync_interval: Literal["default", "always"] | str = "default",
         extra_config: str = "",
+        authorization: str = "",
         ready_timeout_s: float = 20.0,
     ) -> None:
         self.dir = Path(data_dir).resolve() / "nats"
@@ -113,6 +122,7 @@ class EmbeddedServer:
         self.port = port
         self.sync_interval = sync_interval
         self.extra_config = extra_config
+        self.authorization = authorization
         self.ready_timeout_s = ready_timeout_s
         self.url: str | None = None
         self.monitor_url: str | None = None
@@ -143,10 +153,42 @@ class EmbeddedServer:
         with _locked(self.dir / "server.lock"):
             state = self.running()
             if state is not None:
+                self._check_reusable(state)
                 self.url, self.monitor_url = str(state["url"]), str(state["monitor_url"])
                 self.pid, self.owned = int(str(state["pid"])), False
                 return self.url
             return self._spawn()
+
+    @property
+    def _auth_digest(self) -> str | None:
+        if not self.authorization:
+            return None
+        return hashlib.sha256(self.authorization.encode()).hexdigest()[:16]
+
+    def _check_reusable(self, state: dict[str, object]) -> None:
+        """Refuse a running server whose permissions differ from the ones asked for."""
+        theirs = state.get("authorization")  # absent: a server from before broker permissions
+        if theirs == self._auth_digest:
+            return
+        where = f"the nats-server already running for {self.dir.parent} (pid {state['pid']}, "
+        where += f"{state['url']})"
+        if theirs is None:
+            problem = (
+                "runs without broker permissions (started by an older nanocrab, or with "
+                "NANOCRAB_NATS_AUTH=none)"
+            )
+            other = "or use it without permissions: NANOCRAB_NATS_AUTH=none"
+        elif self._auth_digest is None:
+            problem = "enforces broker permissions, but this command asked for none"
+            other = "or unset NANOCRAB_NATS_AUTH to connect with this data dir's keys"
+        else:
+            problem = "enforces other broker permissions (other keys, or an older table)"
+            other = "it then starts with the current ones"
+        raise ServerStartError(
+            f"{where} {problem}. It may belong to another process, so it is not restarted: stop "
+            f"it (Ctrl-C the `nanocrab up` serving {self.dir.parent}, or `kill {state['pid']}`) "
+            f"and run again; {other}"
+        )
 
     def _spawn(self) -> str:
         binary = server_binary()
@@ -162,6 +204,7 @@ class EmbeddedServer:
             f"http: {self.host}:{monitor_port}\n"
             "max_payload: 8MB\n"
             f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n{sync}}}\n"
+            f"{self.authorization}\n"
             f"{self.extra_config}\n"
         )
         with self.log_file.open("ab") as log:
@@ -188,9 +231,8 @@ class EmbeddedServer:
                     f"nats-server not ready after {self.ready_timeout_s}s; see {self.log_file}"
                 )
             time.sleep(0.02)
-        self._state_file.write_text(
-            json.dumps({"pid": self.pid, "url": self.url, "monitor_url": self.monitor_url})
-        )
+        state = {"pid": self.pid, "url": self.url, "monitor_url": self.monitor_url}
+        self._state_file.write_text(json.dumps({**state, "authorization": self._auth_digest}))
         return self.url
 
     def _log_tail(self, lines: int = 15) -> str:

@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from nanocrab import demo as demo_project
 from nanocrab.bus import EventLog, Stored, read, read_run
+from nanocrab.cli.approve import answer_for, interactive, prompt_for
+from nanocrab.cli.audit import print_run_audit
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit, setup
-from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
+from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
 from nanocrab.cli.live import print_line, usage_table
 from nanocrab.cli.render import print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
 from nanocrab.cli.wiring import build_reactors
 from nanocrab.events import (
+    ApprovalRequested,
     Event,
     MessageQueued,
     RunCancelled,
@@ -30,6 +33,8 @@ from nanocrab.events import (
 from nanocrab.handlers.runstate import RunState, fold
 from nanocrab.llm import ReplayProvider
 from nanocrab.llm.base import Provider
+
+ApprovalMode = Literal["prompt", "auto", "print"]
 
 
 def check_text(text: str) -> None:
@@ -115,13 +120,17 @@ def demo(
     keep: Annotated[bool, typer.Option(help="Keep the demo workspace afterwards.")] = True,
 ) -> None:
     """The main job: an agent fixes a small broken project in a temporary workspace (reads
-    files, edits one, runs the tests, answers), then the run's timeline and token usage."""
+    files, edits one after an approval, runs the tests, answers), then the run's timeline,
+    token usage and audit."""
     settings = settings_or_exit()
     setup(settings, "nanocrab-demo")
     ws = demo_project.make_workspace(Path(tempfile.mkdtemp(prefix="nanocrab-demo-")))
     console.print(f"[dim]demo workspace: {ws} · model: {settings.provider}[/]")
     task = new_task(demo_project.TASK, "default", None, workspace=ws, session_id=new_event_id())
-    code = run_async(_run_task(settings, task, ws, 300.0, False, None, timeline=True))
+    code = run_async(
+        _run_task(settings, task, ws, 300.0, False, None, timeline=True, approvals="auto")
+    )
+    print_run_audit(settings, task.run_id or "")
     console.print(f"[dim]workspace kept at {ws}[/]" if keep else "")
     if not keep:
         import shutil
@@ -140,23 +149,26 @@ async def _run_task(
     *,
     timeline: bool = False,
     provider: Provider | None = None,
+    approvals: ApprovalMode | None = None,
 ) -> int:
-    async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-        engine = engine_for(settings.db_url)
+    async with bus_connector(settings.bus(), sync=settings.sync) as bus:
+        log, engine = bus.log, engine_for(settings.db_url)
         host: Host | None = None
         if provider is not None or (
             not RuntimeMarker(settings.home).alive() and settings.nats_url is None
         ):
-            host = Host(
-                log,
-                engine,
-                build_reactors(
-                    log, engine, settings, default_workspace=workspace, provider=provider
-                ),
+            logs = await bus.open_runtime()  # each handler and the projectors as themselves
+            reactors = build_reactors(
+                log, engine, settings, default_workspace=workspace, provider=provider, log_for=logs
             )
+            host = Host(log, engine, reactors, log_for=logs)
             await host.start()
         try:
-            return await _follow(log, task, wait_s, json_, sessions, timeline=timeline)
+            mode = approvals or ("prompt" if interactive() and not json_ else "print")
+            return await _follow(
+                log, task, wait_s, json_, sessions, timeline=timeline, approvals=mode,
+                settings=settings, approver=None if mode == "print" else await bus.open("approver"),
+            )  # fmt: skip
         finally:
             if host:
                 await host.stop()
@@ -171,6 +183,9 @@ async def _follow(
     sessions: SessionFile | None,
     *,
     timeline: bool,
+    approvals: ApprovalMode = "print",
+    settings: Settings | None = None,
+    approver: EventLog | None = None,
 ) -> int:
     assert task.run_id is not None
     seen: list[Stored] = []
@@ -184,6 +199,8 @@ async def _follow(
                 print_json(console, stored_json(s))
             else:
                 print_line(console, s)
+            if isinstance(s.event, ApprovalRequested) and settings is not None:
+                await _on_approval(approver or log, s.event, settings, approvals)
             if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
                 outcome = s.event
                 return
@@ -213,6 +230,26 @@ async def _follow(
     elif isinstance(outcome, RunCancelled):
         err.print(f"[bold yellow]run cancelled[/] {outcome.reason}")
     return 1
+
+
+async def _on_approval(
+    log: EventLog, request: ApprovalRequested, settings: Settings, mode: ApprovalMode
+) -> None:
+    """``prompt``: ask the person at the terminal; ``auto`` (the demo only): approve once as
+    this data directory's approver, saying so; ``print``: say how to answer from elsewhere."""
+    if mode == "print":
+        err.print(
+            f"[yellow]waiting for approval[/] of {request.tool} ({request.tier}): "
+            f"`nanocrab approve {request.approval_id}` or "
+            f"`nanocrab deny {request.approval_id} --reason ...`"
+        )
+        return
+    if mode == "auto":
+        console.print(f"[dim]  demo: approving {request.tool} once as {settings.user}[/]")
+        answer = answer_for(request, settings, grant=True)
+    else:
+        answer = await prompt_for(request, settings)
+    await log.append(answer)
 
 
 async def _follow_session(log: EventLog, session_id: str, sessions: SessionFile) -> None:

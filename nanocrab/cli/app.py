@@ -28,7 +28,7 @@ from nanocrab.cli.common import (
     settings_or_exit,
     setup,
 )
-from nanocrab.cli.host import Host, RuntimeMarker, bus_session, engine_for
+from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.status import gather_status
 from nanocrab.cli.wiring import build_reactors
@@ -48,17 +48,16 @@ def up() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         marker = RuntimeMarker(settings.home)
-        async with bus_session(settings.bus(), name="nanocrab-up", sync=settings.sync) as (
-            log,
-            server,
-        ):
-            engine = engine_for(settings.db_url)
-            host = Host(
-                log, engine, build_reactors(log, engine, settings, default_workspace=Path.cwd())
+        async with bus_connector(settings.bus(), name="nanocrab-up", sync=settings.sync) as bus:
+            log, engine = bus.log, engine_for(settings.db_url)
+            logs = await bus.open_runtime()  # each handler and the projectors as themselves
+            reactors = build_reactors(
+                log, engine, settings, default_workspace=Path.cwd(), log_for=logs
             )
+            host = Host(log, engine, reactors, log_for=logs)
             await host.start()
             marker.write()
-            where = server.url if server else settings.nats_url
+            where = bus.server.url if bus.server else settings.nats_url
             console.print(f"[bold green]nanocrab up[/] on {where} · data in {settings.home}")
             console.print(
                 f"  handlers: {', '.join(r.durable for r in host.runtimes)} · projections: "

@@ -1,4 +1,9 @@
-"""Wires a process: the server (embedded or external), the log, handlers and projectors."""
+"""Wires a process: the server (embedded or external), the logs, handlers and projectors.
+
+With broker permissions on (the default for the embedded server, docs/security.md) a process
+connects once per identity: commands publish as ``cli`` (or ``approver``), each handler as
+itself, projectors as ``projector``, and stream set-up runs briefly as ``admin``.
+"""
 
 from __future__ import annotations
 
@@ -9,69 +14,166 @@ import gc
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab.bus import (
     BusConfig,
     BusError,
+    Connector,
     EmbeddedServer,
     EventLog,
     HandlerRuntime,
     Reactor,
     RuntimeOptions,
-    connect,
+)
+from nanocrab.bus.connector import SeedSource
+from nanocrab.bus.permissions import (
+    ADMIN,
+    CLI,
+    IDENTITIES,
+    PROJECTOR,
+    RUNTIME_IDENTITIES,
+    auth_config,
 )
 from nanocrab.projections import Projection, Projector, all_projections, make_engine
+from nanocrab.security import KeyRing, SecurityError
 
 log = logging.getLogger(__name__)
 
+LogFor = Callable[[str], EventLog]
+"""An identity's log: ``log_for("executor")``."""
+
+
+@dataclass(frozen=True)
+class BusSession:
+    """What :func:`bus_connector` yields: this command's log, the embedded server (``None`` for
+    an external one), and the connector that opens a log for any other identity."""
+
+    log: EventLog
+    server: EmbeddedServer | None
+    connector: Connector
+
+    async def open(self, identity: str) -> EventLog:
+        """A log publishing as ``identity`` (e.g. ``"approver"`` for an approval prompt)."""
+        return await self.connector.open(identity)
+
+    async def open_runtime(self) -> LogFor:
+        """Connect every handler identity and the projectors; returns the ``log_for`` that
+        ``build_reactors`` and :class:`Host` take."""
+        return await self.connector.open_all(RUNTIME_IDENTITIES)
+
+
+def public_keys(keyring: KeyRing) -> dict[str, str]:
+    """Every identity's public nkey, creating missing seeds (the embedded server's users)."""
+    try:
+        return {name: keyring.public_key(name) for name in IDENTITIES}
+    except SecurityError as exc:
+        raise BusError(str(exc)) from exc
+
+
+def seed_source(keyring: KeyRing, *, create: bool) -> SeedSource:
+    """Seeds from ``keyring``; ``create=False`` (an external cluster, whose server config lists
+    existing keys) refuses to invent one."""
+
+    def seed(identity: str) -> bytes:
+        if not create and not keyring.exists(identity):
+            raise BusError(
+                f"no nkey seed for identity {identity!r} in {keyring.dir}: copy {identity}.nk "
+                "there from the data dir whose public keys the cluster's config lists "
+                "(`nanocrab security nats-config` there), or set NANOCRAB_NATS_AUTH=none"
+            )
+        try:
+            return keyring.seed(identity)
+        except SecurityError as exc:
+            raise BusError(str(exc)) from exc
+
+    return seed
+
 
 @contextlib.asynccontextmanager
-async def bus_session(
-    cfg: BusConfig, *, name: str = "nanocrab-cli", sync: str = "default"
-) -> AsyncIterator[tuple[EventLog, EmbeddedServer | None]]:
+async def bus_connector(
+    cfg: BusConfig, *, name: str = "nanocrab-cli", sync: str = "default", identity: str = CLI
+) -> AsyncIterator[BusSession]:
     """Connect to ``cfg.url``, or to the data dir's embedded server (started if not running and
-    stopped on exit only if this session started it)."""
+    stopped on exit only if this session started it), as ``identity``.
+
+    Sets the streams and the artifact bucket up as ``admin`` first — on an external cluster only
+    where the admin seed is present; elsewhere they must exist already.
+    """
+    keyring = KeyRing(cfg.keys_dir) if cfg.authenticated else None
     server: EmbeddedServer | None = None
     url = cfg.url
     if url is None:
-        server = EmbeddedServer(cfg.data_dir, sync_interval=sync)
+        authorization = auth_config(public_keys(keyring), cfg) if keyring is not None else ""
+        server = EmbeddedServer(cfg.data_dir, sync_interval=sync, authorization=authorization)
         url = await asyncio.to_thread(server.start)
-    nc: NATS | None = None
+    seeds = seed_source(keyring, create=cfg.url is None) if keyring is not None else None
+    connector = Connector(url, cfg, seeds=seeds, name=name)
     try:
-        nc = await connect(url, name=name)
-        yield await EventLog.open(nc, cfg), server
+        admin_here = keyring is None or cfg.url is None or keyring.exists(ADMIN)
+        if admin_here:
+            await connector.setup()
+        own = await connector.open(identity)
+        if not admin_here:
+            await _require_streams(own, url)
+        yield BusSession(own, server, connector)
     finally:
-        if nc is not None:
-            with contextlib.suppress(Exception):
-                await nc.drain()
+        await connector.close()
         if server is not None:
             await asyncio.to_thread(server.stop)
 
 
+async def _require_streams(log_: EventLog, url: str) -> None:
+    try:
+        await log_.js.stream_info(log_.cfg.log_stream)
+    except NotFoundError as exc:
+        raise BusError(
+            f"stream {log_.cfg.log_stream} does not exist on {url}: set the "
+            f"bus up once with the admin identity (any nanocrab command where "
+            f"{log_.cfg.keys_dir / 'admin.nk'} holds the admin seed)"
+        ) from exc
+
+
+@contextlib.asynccontextmanager
+async def bus_session(
+    cfg: BusConfig, *, name: str = "nanocrab-cli", sync: str = "default", identity: str = CLI
+) -> AsyncIterator[tuple[EventLog, EmbeddedServer | None]]:
+    """:func:`bus_connector` for commands that need one log: yields ``(log, server)``, the log
+    publishing as ``identity`` (``cli`` by default; ``approver`` for approval answers)."""
+    async with bus_connector(cfg, name=name, sync=sync, identity=identity) as session:
+        yield session.log, session.server
+
+
 @dataclass
 class Host:
-    """Runs reactors and projectors as tasks on one connection until ``stop()``."""
+    """Runs reactors and projectors as tasks until ``stop()``.
+
+    ``log_for`` gives each handler runtime the log of its reactor's identity (``reactor.name``:
+    its consumer, acks and dead letters go through it) and the projectors the ``projector`` one;
+    without it everything runs on ``log``.
+    """
 
     log: EventLog
     engine: AsyncEngine
     reactors: Sequence[Reactor]
     projections: Sequence[Projection] = field(default_factory=all_projections)
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    log_for: LogFor | None = None
     runtimes: list[HandlerRuntime] = field(default_factory=list, init=False)
     projectors: list[Projector] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list, init=False)
 
     async def start(self) -> None:
+        logs = self.log_for or (lambda _identity: self.log)
         self.runtimes = [
             HandlerRuntime(
-                self.log,
+                logs(r.name),
                 r,
                 options=dataclasses.replace(
                     self.options, concurrency=getattr(r, "concurrency", self.options.concurrency)
@@ -79,7 +181,7 @@ class Host:
             )
             for r in self.reactors
         ]
-        self.projectors = [Projector(self.log, self.engine, p) for p in self.projections]
+        self.projectors = [Projector(logs(PROJECTOR), self.engine, p) for p in self.projections]
         for p in self.projectors:
             await p.setup()
         for rt in self.runtimes:

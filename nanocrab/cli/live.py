@@ -10,8 +10,13 @@ from rich.text import Text
 
 from nanocrab.bus import Stored
 from nanocrab.events import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
     ContextCompacted,
     GrantDenied,
+    GrantIssued,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -21,6 +26,7 @@ from nanocrab.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    SecurityRejected,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -68,6 +74,19 @@ def line_for(s: Stored) -> Text | None:
             t.append("    → ", "yellow").append(f"{tool}", "bold yellow").append(f"({_args(args)})")
         case GrantDenied(tool=tool, reason=reason):
             t.append(f"    ✗ {tool} denied: {_clip(reason)}", "bold red")
+        case ApprovalRequested(tool=tool, tier=tier, approval_id=aid):
+            t.append(f"    ⏸ {tool} needs approval ({tier}) · {aid}", "bold yellow")
+        case ApprovalGranted(approver=who, remember=remember):
+            scope = " for the session" if remember == "session" else ""
+            t.append(f"    ✔ approved by {who}{scope}", "green")
+        case ApprovalDenied(approver=who, reason=reason):
+            t.append(f"    ✗ refused by {who}: {_clip(reason or '-')}", "bold red")
+        case ApprovalExpired():
+            t.append("    ⌛ approval expired", "yellow")
+        case GrantIssued(tool=tool, remembered=True):
+            t.append(f"    ✔ {tool} allowed by this session's approval", "dim green")
+        case SecurityRejected(rejected_type=kind, reason=reason):
+            t.append(f"    ⚠ refused a forged {kind}: {_clip(reason)}", "bold red")
         case ToolCompleted(tool=tool, is_error=is_error, duration_ms=ms, content=content):
             first = next((b.text for b in content if isinstance(b, TextBlock)), "")
             if is_error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,9 @@ class Settings(BaseModel):
 
     ``NANOCRAB_HOME``      data directory (default ``./.nanocrab``): server store, SQLite, traces
     ``NANOCRAB_NATS_URL``  an external NATS server/cluster; unset starts the embedded server
+    ``NANOCRAB_NATS_AUTH`` ``nkeys``: connect as per-identity nkey users (seeds in
+                           ``<home>/keys``); ``none``: one unauthenticated connection. Default
+                           ``nkeys`` for the embedded server, ``none`` with NANOCRAB_NATS_URL
     ``NANOCRAB_DB_URL``    SQLAlchemy URL for projections (default SQLite in the data directory),
                            e.g. ``postgresql+asyncpg://user@127.0.0.1:5432/nanocrab``
     ``NANOCRAB_TRACES``    ``console`` (to ``<home>/traces.jsonl``, default), ``otlp``, ``none``
@@ -28,12 +32,15 @@ class Settings(BaseModel):
     ``NANOCRAB_MODEL``     the Claude model (default: the provider's)
     ``NANOCRAB_SCRIPT``    the scripted model's YAML script (default: the bundled demo script)
     ``NANOCRAB_WEB_ALLOW`` comma-separated hosts ``web_fetch`` may reach (default: none)
+    ``NANOCRAB_POLICY``    the capability policy (default ``<home>/policy.yaml`` if it exists,
+                           else the bundled secure default; see docs/security.md)
     """
 
     model_config = ConfigDict(frozen=True)
 
     home: Path
     nats_url: str | None
+    nats_auth: bool | None = None  # None: broker permissions iff the server is embedded
     db_url: str
     traces: TraceExporter
     sync: str
@@ -44,6 +51,12 @@ class Settings(BaseModel):
     web_allow: tuple[str, ...] = ()
     user_skills: Path
     user: str = "cli"  # who cancels or approves from this CLI (recorded in the log)
+    policy_file: Path | None = None  # None: the bundled default policy
+
+    @property
+    def keys_dir(self) -> Path:
+        """Where this data directory's Ed25519 identities live (owner-only)."""
+        return self.home / "keys"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -63,9 +76,18 @@ class Settings(BaseModel):
         web_allow = tuple(
             h.strip() for h in os.environ.get("NANOCRAB_WEB_ALLOW", "").split(",") if h.strip()
         )
+        nats_auth = os.environ.get("NANOCRAB_NATS_AUTH") or None
+        if nats_auth not in (None, "nkeys", "none"):
+            raise ValueError(f"NANOCRAB_NATS_AUTH={nats_auth!r}: use nkeys or none")
+        policy = os.environ.get("NANOCRAB_POLICY") or None
+        policy_file = Path(policy) if policy else home / "policy.yaml"
+        if policy and not policy_file.is_file():
+            raise ValueError(f"NANOCRAB_POLICY={policy}: no such file")
         return cls(
             home=home,
+            policy_file=policy_file if policy_file.is_file() else None,
             nats_url=os.environ.get("NANOCRAB_NATS_URL") or None,
+            nats_auth=None if nats_auth is None else nats_auth == "nkeys",
             db_url=os.environ.get("NANOCRAB_DB_URL") or default_url(home),
             traces=traces,  # type: ignore[arg-type]
             sync=os.environ.get("NANOCRAB_SYNC", "default"),
@@ -75,8 +97,8 @@ class Settings(BaseModel):
             script=script,
             web_allow=web_allow,
             user_skills=Path.home() / ".nanocrab" / "skills",
-            user=os.environ.get("USER") or "cli",
+            user=os.environ.get("USER") or getpass.getuser() or "cli",
         )
 
     def bus(self) -> BusConfig:
-        return BusConfig(url=self.nats_url, data_dir=self.home)
+        return BusConfig(url=self.nats_url, data_dir=self.home, auth=self.nats_auth)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,10 +14,12 @@ from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
-from nanocrab.handlers.policy import BasicPolicy
+from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.llm import AnthropicProvider, ScriptedProvider
 from nanocrab.llm.base import Message, Provider
+from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import session_history
+from nanocrab.security import KeyRing, verify
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 
@@ -36,8 +39,13 @@ def build_reactors(
     *,
     default_workspace: Path | None = None,
     provider: Provider | None = None,
+    policy: Policy | None = None,
+    log_for: Callable[[str], EventLog] | None = None,
 ) -> list[Reactor]:
-    """The agent loop: orchestrator, policy, executor, LLM handler."""
+    """The agent loop: orchestrator, policy, executor, LLM handler. ``policy`` defaults to the
+    settings' policy file (or the bundled default). ``log_for(name)`` is each reactor's log (its
+    own NATS identity under broker permissions); without it every reactor appends with ``log``."""
+    logs = log_for or (lambda _name: log)
     workspace = default_workspace or (settings.home / "workspace")
     workspace.mkdir(parents=True, exist_ok=True)
     skills = SkillLibrary.discover(
@@ -51,18 +59,34 @@ def build_reactors(
         rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
         return history_messages(rows)
 
+    rules = policy or load_policy(settings.policy_file)
+    keys = KeyRing(settings.keys_dir)
+    policy_keys = frozenset({keys.public_key("policy")})
+    approvers = trusted_approvers(rules, keys)
+
+    def trust(event: object) -> bool:
+        return verify(event, policy_keys) is None  # type: ignore[arg-type]
+
     return [
-        Orchestrator(log),
-        BasicPolicy(log, default_workspace=workspace),
-        Executor(
-            log,
-            registry=registry,
-            ops=LocalOperations(),
-            artifacts=JetStreamArtifacts(log),
+        Orchestrator(logs("orchestrator"), trust=trust),
+        PolicyHandler(
+            logs("policy"),
+            policy=rules,
+            keys=keys,
+            known_tools=frozenset(registry.names()),
             default_workspace=workspace,
         ),
+        Executor(
+            logs("executor"),
+            registry=registry,
+            ops=LocalOperations(),
+            artifacts=JetStreamArtifacts(logs("executor")),
+            default_workspace=workspace,
+            trusted_policy=policy_keys,
+            trusted_approvers=approvers,
+        ),
         LlmHandler(
-            log,
+            logs("llm"),
             provider=provider or make_provider(settings),
             registry=registry,
             default_workspace=workspace,

@@ -32,6 +32,7 @@ class GrantIssued(Event, frozen=True, tag="grant.issued"):
     nonce: str | None = None
     approval_id: str | None = None  # the human approval this grant rests on (guarded/unsafe)
     remembered: bool = False  # issued from a session approval, without asking again
+    remember: Remember = "once"  # "session": this grant's approval also covers later calls
     signer: str = ""  # public nkey of the policy handler
     signature: str = ""
 

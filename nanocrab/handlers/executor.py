@@ -4,10 +4,15 @@ Consumes ``grant.issued`` (run the call) and hears the run's terminal events on 
 subscription (abort what is still running for that run, in every executor instance). Emits
 ``tool.started`` at once, ``tool.output`` chunks on the ephemeral stream while the tool runs,
 and ``tool.completed`` as its reaction (a result too large for an event keeps a preview and
-goes to the object store whole). It refuses — and records why,
-as a ``tool.completed`` with ``error_kind="denied"`` — any grant that was not issued by the policy
-handler, names another tool, has expired or been revoked, or belongs to a finished run; a tool
-call without a grant never reaches it at all.
+goes to the object store whole).
+
+Before every invocation it verifies the grant: a grant not signed by a trusted policy key is a
+forgery — recorded as ``security.rejected``, and the call keeps waiting for a real grant. A signed
+grant that names another tool, has expired or been revoked (even by a revocation that arrived
+first), belongs to a finished run, is bound to other arguments than the call's, or rests on an
+approval that no trusted approver signed for exactly this call is refused, recorded as a
+``tool.completed`` with ``error_kind="denied"`` saying why. A tool call without a grant never
+reaches the executor at all. Web hosts a grant allows are enforced on every redirect hop.
 
 Redelivery: a call already completed is not run again. A crash *while* a tool runs means the
 grant is redelivered and the call runs again (at-least-once for host actions), with a second
@@ -29,9 +34,11 @@ from nats.aio.msg import Msg
 
 from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.events import (
+    ApprovalGranted,
     Event,
     EventDecodeError,
     GrantIssued,
+    SecurityRejected,
     TextBlock,
     ToolCompleted,
     ToolOutput,
@@ -43,7 +50,9 @@ from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS
 from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.runstate import RunState
 from nanocrab.handlers.workspace import workspace_of
+from nanocrab.security import binding_hash, verify
 from nanocrab.tools.base import ArtifactStore, ToolContext
+from nanocrab.tools.hosts import HostAllowList
 from nanocrab.tools.ops import Operations
 from nanocrab.tools.registry import ToolRegistry
 
@@ -65,10 +74,14 @@ class Executor:
         ops: Operations,
         artifacts: ArtifactStore,
         default_workspace: Path,
+        trusted_policy: frozenset[str],
+        trusted_approvers: frozenset[str],
         tool_timeout_s: float = 120.0,
     ) -> None:
         self.log = log
-        self.loader = RunLoader(log)
+        self.trusted_policy = trusted_policy
+        self.trusted_approvers = trusted_approvers
+        self.loader = RunLoader(log, trust=self.trusts)
         self.registry = registry
         self.ops = ops
         self.artifacts = artifacts
@@ -103,9 +116,25 @@ class Executor:
         for cancel in self._running.get(event.run_id or "", {}).values():
             cancel.set()
 
+    def trusts(self, event: Event) -> bool:
+        return verify(event, self.trusted_policy) is None
+
+    def _forgery(self, grant: GrantIssued) -> SecurityRejected | None:
+        problem = verify(grant, self.trusted_policy)
+        if problem is None and grant.source != GRANT_ISSUER:
+            problem = f"grant {grant.grant_id} was appended by {grant.source!r}, not by the policy"
+        if problem is None:
+            return None
+        return SecurityRejected(
+            rejected_id=grant.id,
+            rejected_type=grant.type,
+            reason=problem,
+            call_id=grant.call_id,
+            approval_id=grant.approval_id,
+            signer=grant.signer or None,
+        )
+
     def _refusal(self, state: RunState, grant: GrantIssued) -> str | None:
-        if grant.source != GRANT_ISSUER:
-            return f"grant {grant.grant_id} was issued by {grant.source!r}, not by the policy"
         call = state.call(grant.call_id)
         if call is None or call.requested is None:
             return f"no tool.requested {grant.call_id} in this run matches grant {grant.grant_id}"
@@ -119,15 +148,43 @@ class Executor:
             return f"grant {grant.grant_id} was revoked"
         if state.terminal:
             return f"the run is {state.status}"
+        if grant.tier != "safe":
+            return self._binding_refusal(state, grant, call.requested.arguments)
         return None
+
+    def _binding_refusal(
+        self, state: RunState, grant: GrantIssued, arguments: dict[str, object]
+    ) -> str | None:
+        """A Guarded/Unsafe grant must be bound to exactly this call and rest on an approval."""
+        if not grant.binding_hash or not grant.nonce:
+            return f"{grant.tier} grant {grant.grant_id} is not bound to the call"
+        resources = [c.resource for c in grant.capabilities]
+        if binding_hash(grant.tool, arguments, resources, grant.nonce) != grant.binding_hash:
+            return f"grant {grant.grant_id} is bound to other arguments than the call's"
+        if grant.approval_id is None:
+            return f"{grant.tier} grant {grant.grant_id} names no approval"
+        if grant.remembered:
+            return None  # a session approval of an earlier call; the policy's signature vouches
+        for answer in state.answers.get(grant.approval_id, []):
+            if (
+                isinstance(answer, ApprovalGranted)
+                and answer.binding_hash == grant.binding_hash
+                and verify(answer, self.trusted_approvers) is None
+            ):
+                return None
+        return f"no trusted approver signed approval {grant.approval_id} for this call"
 
     async def _execute(self, grant: GrantIssued, delivery: Delivery) -> Sequence[Event]:
         if grant.tool in NATIVE_TOOLS or grant.run_id is None:
             return []
+        if (forgery := self._forgery(grant)) is not None:
+            return [forgery]
         state = await self.loader.state(grant.run_id)
         call = state.call(grant.call_id)
         if call is not None and call.completed is not None:
             return []  # already ran: a redelivery
+        if call is not None and call.grant is not None and call.grant.grant_id != grant.grant_id:
+            return []  # another grant for this call came first
         refusal = self._refusal(state, grant)
         if refusal is not None:
             return [
@@ -172,6 +229,7 @@ class Executor:
             timeout_s=self.tool_timeout_s,
             run_id=grant.run_id,
             call_id=grant.call_id,
+            allowed_hosts=_granted_hosts(grant),
         )
         if state.terminal:
             cancel.set()
@@ -216,3 +274,8 @@ class Executor:
             details=None,
             artifacts=[*completed.artifacts, ref],
         )
+
+
+def _granted_hosts(grant: GrantIssued) -> HostAllowList | None:
+    hosts = [c.resource for c in grant.capabilities if c.access == "network" and c.resource]
+    return HostAllowList(hosts) if hosts else None

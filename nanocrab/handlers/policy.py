@@ -1,87 +1,463 @@
-"""The basic policy: grant the agent profile's tools inside the run's workspace, deny the rest.
+"""The policy handler: the only minter of grants.
 
-Consumes ``tool.requested``; emits ``grant.issued`` or ``grant.denied``. Until the capability
-policy engine lands this is the only minter of grants: a tool the run's profile (narrowed by the
-task) does not list is denied, and so is any path argument that resolves outside the workspace
-(realpath + commonpath, symlinks followed — never a string prefix). Redelivery is harmless: the
-decision is a function of the request and the run's task, and reactions have derived ids.
+Consumes ``tool.requested`` (decide by the rules of ``policy.yaml``), the answers of approvers
+(``approval.granted`` / ``approval.denied``) and the ends of runs. Emits ``grant.issued`` (signed
+with the policy key), ``grant.denied``, ``approval.requested``, ``approval.expired``,
+``grant.revoked`` and, for answers it cannot trust, ``security.rejected``.
+
+Per tier: Safe → a grant at once. Deny → ``grant.denied`` naming the rule. Guarded → a grant at
+once if this session already approved the rule "for the session" (never across sessions, never
+for a subagent unless the rule shares), else ``approval.requested``. Unsafe → an approval for
+every call; "for the session" is ignored. Guarded/Unsafe grants are bound to a hash of (tool,
+arguments, resources, nonce) that the approval must repeat. An answer is trusted only when signed
+by a trusted approver key; the first trusted answer wins; answers for other arguments, after the
+expiry or after the run ended never produce a grant. No answer by ``expires_at`` →
+``approval.expired`` + ``grant.denied``. When a run ends, its grants are revoked and its open
+approvals expire.
+
+Memory (session approvals, open approvals' deadlines) is rebuilt from the log at start-up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import secrets
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import msgspec
+
 from nanocrab.agents import enabled_tools
-from nanocrab.bus import Delivery, EventLog
+from nanocrab.bus import Delivery, EventLog, Expect, Reaction
+from nanocrab.bus.errors import BusError
+from nanocrab.bus.replay import read
+from nanocrab.bus.runtime import append_reaction
 from nanocrab.events import (
-    Capability,
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
     Event,
     GrantDenied,
     GrantIssued,
+    GrantRevoked,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    SecurityRejected,
     ToolRequested,
     derive_event_id,
     utcnow,
 )
 from nanocrab.handlers.runloader import RunLoader
+from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
-from nanocrab.tools.base import ToolError
-from nanocrab.tools.paths import resolve_in_workspace
+from nanocrab.policy import Decision, Policy, Request, evaluate
+from nanocrab.security import KeyRing, binding_hash, sign, verify
 
-PATH_ARGUMENTS = ("path",)
-GRANT_TTL = timedelta(minutes=10)
+logger = logging.getLogger(__name__)
+
+SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
+_EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
 
 
-class BasicPolicy:
+@dataclass
+class _Open:
+    """An approval waiting for its answer."""
+
+    request: ApprovalRequested
+    cause: Event  # what the watchdog's events are stamped from (the approval request)
+
+
+def trusted_approvers(policy: Policy, keys: KeyRing) -> frozenset[str]:
+    """The public keys whose answers count: policy.yaml's list, and the data directory's own
+    approver key unless the policy turns that off."""
+    trusted = set(policy.approval.approvers)
+    if policy.approval.trust_local_approver:
+        trusted.add(keys.public_key("approver"))
+    return frozenset(trusted)
+
+
+class PolicyHandler:
     name = "policy"
-    consumes: tuple[type[Event], ...] = (ToolRequested,)
+    consumes: tuple[type[Event], ...] = (
+        ToolRequested,
+        ApprovalGranted,
+        ApprovalDenied,
+        RunCompleted,
+        RunFailed,
+        RunCancelled,
+    )
 
-    def __init__(self, log: EventLog, *, default_workspace: Path) -> None:
-        self.loader = RunLoader(log)
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        policy: Policy,
+        keys: KeyRing,
+        known_tools: frozenset[str],
+        default_workspace: Path,
+        watch_interval_s: float = 0.25,
+    ) -> None:
+        self.log = log
+        self.policy = policy
+        self.keypair = keys.keypair("policy")
+        self.approvers = trusted_approvers(policy, keys)
+        self.known_tools = known_tools
         self.default_workspace = default_workspace
+        self.watch_interval_s = watch_interval_s
+        self.loader = RunLoader(log)
+        self.grant_ttl = timedelta(seconds=policy.grant_ttl)
+        self.approval_ttl = timedelta(seconds=policy.approval.timeout)
+        self.sessions: dict[SessionKey, str] = {}  # → the approval id that covers them
+        self.open: dict[str, _Open] = {}  # approval id → waiting request
+        self.recovered = asyncio.Event()
 
-    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
-        assert isinstance(event, ToolRequested) and event.run_id
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
+        await self.recovered.wait()
+        match event:
+            case ToolRequested():
+                return await self._request(event)
+            case ApprovalGranted() | ApprovalDenied():
+                return await self._answer(event)
+            case RunCompleted() | RunFailed() | RunCancelled():
+                return await self._run_ended(event)
+        return []
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def _request(self, event: ToolRequested) -> Sequence[Event]:
+        assert event.run_id
         state = await self.loader.state(event.run_id)
         if state.task is None:
-            return [self._deny(event, "the run has no task")]
+            return [_deny(event.call_id, event.tool, "the run has no task")]
         call = state.call(event.call_id)
-        if call is not None and (call.grant is not None or call.denied is not None):
-            return []
+        if call is not None and (call.grant or call.denied or call.approval):
+            return []  # decided already: a redelivery
         if state.terminal:
-            return [self._deny(event, f"the run is {state.status}")]
+            return [_deny(event.call_id, event.tool, f"the run is {state.status}")]
+        workspace = workspace_of(state.task, self.default_workspace)
+        decision = evaluate(
+            self.policy,
+            Request(
+                tool=event.tool,
+                arguments=event.arguments,
+                workspace=workspace,
+                known_tools=self.known_tools,
+            ),
+            budget=state.task.capabilities,
+        )
+        if decision.tier == "deny":
+            return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
         allowed = enabled_tools(state.task.agent, state.task.tools)
         if event.tool not in allowed:
+            reason = (
+                f"tool {event.tool!r} is not enabled for this run (enabled: {', '.join(allowed)})"
+            )
+            return [_deny(event.call_id, event.tool, reason, rule="profile")]
+        if decision.tier == "safe":
+            return [self._grant(state, event, decision)]
+        if decision.tier == "guarded":
+            remembered = self.sessions.get(self._session_key(state, decision, event.tool))
+            if remembered is not None and self._may_share(state, decision):
+                return [
+                    self._grant(state, event, decision, approval_id=remembered, remembered=True)
+                ]
+        if not self.approvers:
+            reason = (
+                f"{decision.tier} call needs an approval and no approver is configured "
+                "(policy.yaml: approval.approvers or approval.trust_local_approver)"
+            )
             return [
-                self._deny(
-                    event,
-                    f"tool {event.tool!r} is not enabled for this run "
-                    f"(enabled: {', '.join(allowed)})",
-                    rule="profile",
-                )
+                _deny(event.call_id, event.tool, reason, rule=decision.rule, tier=decision.tier)
             ]
-        workspace = workspace_of(state.task, self.default_workspace)
-        resource = str(workspace)
-        for key in PATH_ARGUMENTS:
-            value = event.arguments.get(key)
-            if isinstance(value, str):
-                try:
-                    resource = str(resolve_in_workspace(workspace, value))
-                except ToolError as exc:
-                    return [self._deny(event, exc.message, rule="workspace")]
+        nonce = secrets.token_hex(16)
+        resources = [c.resource for c in decision.capabilities]
         return [
-            GrantIssued(
-                grant_id=derive_event_id("grant", event.call_id, 0),
+            ApprovalRequested(
+                approval_id=derive_event_id("approval", event.call_id, 0),
                 call_id=event.call_id,
                 tool=event.tool,
-                capabilities=[Capability(tool=event.tool, resource=resource)],
-                scope="step",
-                tier="safe",
-                expires_at=utcnow() + GRANT_TTL,
+                arguments=dict(event.arguments),
+                tier=decision.tier,
+                reason=decision.reason,
+                rule=decision.rule,
+                capabilities=list(decision.capabilities),
+                binding_hash=binding_hash(event.tool, event.arguments, resources, nonce),
+                nonce=nonce,
+                expires_at=utcnow() + self.approval_ttl,
+                options=["once", "session"] if decision.tier == "guarded" else ["once"],
+                run_id=state.run_id,
             )
         ]
 
+    def _grant(
+        self,
+        state: RunState,
+        event: ToolRequested,
+        decision: Decision,
+        *,
+        approval_id: str | None = None,
+        remembered: bool = False,
+    ) -> GrantIssued:
+        nonce = secrets.token_hex(16) if decision.tier != "safe" else None
+        resources = [c.resource for c in decision.capabilities]
+        grant = GrantIssued(
+            grant_id=derive_event_id("grant", event.call_id, 0),
+            call_id=event.call_id,
+            tool=event.tool,
+            capabilities=list(decision.capabilities),
+            scope=decision.scope,
+            tier=decision.tier,
+            rule=decision.rule,
+            expires_at=utcnow() + self.grant_ttl,
+            binding_hash=(
+                binding_hash(event.tool, event.arguments, resources, nonce) if nonce else None
+            ),
+            nonce=nonce,
+            approval_id=approval_id,
+            remembered=remembered,
+        )
+        return self._sign(state, grant)
+
+    def _sign(self, state: RunState, grant: GrantIssued) -> GrantIssued:
+        assert state.task is not None
+        return sign(
+            msgspec.structs.replace(
+                grant,
+                run_id=state.run_id,
+                session_id=state.task.session_id,
+                tenant=state.task.tenant,
+            ),
+            self.keypair,
+        )
+
+    def _session_key(self, state: RunState, decision: Decision, tool: str) -> SessionKey:
+        assert state.task is not None
+        return (state.task.tenant, state.task.session_id or "", decision.rule or "", tool)
+
     @staticmethod
-    def _deny(event: ToolRequested, reason: str, *, rule: str | None = None) -> GrantDenied:
-        return GrantDenied(call_id=event.call_id, tool=event.tool, reason=reason, rule=rule)
+    def _may_share(state: RunState, decision: Decision) -> bool:
+        assert state.task is not None
+        if not state.task.session_id:
+            return False
+        return state.task.parent_run_id is None or decision.share_with_subagents
+
+    # -- answers ----------------------------------------------------------------------------
+
+    async def _answer(self, event: ApprovalGranted | ApprovalDenied) -> Sequence[Event]:
+        state = await self.loader.state(event.run_id) if event.run_id else None
+        request = state.approvals.get(event.approval_id) if state is not None else None
+        call_id = request.call_id if request is not None else None
+
+        def rejected(reason: str) -> list[Event]:
+            return [
+                SecurityRejected(
+                    rejected_id=event.id,
+                    rejected_type=event.type,
+                    reason=reason,
+                    call_id=call_id,
+                    approval_id=event.approval_id,
+                    signer=event.signer or None,
+                )
+            ]
+
+        problem = verify(event, self.approvers)
+        if problem is not None:
+            return rejected(problem)
+        if state is None or request is None:
+            return rejected(f"no approval.requested {event.approval_id} in run {event.run_id}")
+        if event.binding_hash != request.binding_hash:
+            return rejected(
+                "the answer is bound to other arguments than the request "
+                f"(hash {event.binding_hash[:12] or '-'}… ≠ {request.binding_hash[:12]}…)"
+            )
+        call = state.call(request.call_id)
+        if call is None or call.grant or call.denied:
+            return []  # answered already: the first trusted answer won
+        first = self._first_trusted(state, event.approval_id)
+        if first is not None and first.id != event.id:
+            return []  # another trusted answer (or the expiry) came first
+        self.open.pop(event.approval_id, None)
+        if state.terminal:
+            return [_deny_call(request, f"the answer came after the run {state.status}")]
+        if event.time > request.expires_at:
+            return [
+                ApprovalExpired(approval_id=request.approval_id, call_id=request.call_id),
+                _deny_call(request, f"the approval expired at {request.expires_at:%H:%M:%S}"),
+            ]
+        if isinstance(event, ApprovalDenied):
+            why = f": {event.reason}" if event.reason else ""
+            return [_deny_call(request, f"denied by {event.approver}{why}")]
+        return [self._approved(state, call, request, event)]
+
+    def _first_trusted(self, state: RunState, approval_id: str) -> Event | None:
+        for answer in state.answers.get(approval_id, []):
+            if isinstance(answer, ApprovalExpired):
+                return answer
+            request = state.approvals[approval_id]
+            if verify(answer, self.approvers) is None and answer.binding_hash == (
+                request.binding_hash
+            ):
+                return answer
+        return None
+
+    def _approved(
+        self, state: RunState, call: CallState, request: ApprovalRequested, answer: ApprovalGranted
+    ) -> GrantIssued:
+        session = answer.remember == "session" and request.tier == "guarded"
+        grant = GrantIssued(
+            grant_id=derive_event_id("grant", request.call_id, 0),
+            call_id=request.call_id,
+            tool=request.tool,
+            capabilities=list(request.capabilities),
+            scope="step",
+            tier=request.tier,
+            rule=request.rule,
+            expires_at=utcnow() + self.grant_ttl,
+            binding_hash=request.binding_hash,
+            nonce=request.nonce,
+            approval_id=request.approval_id,
+            remember="session" if session else "once",
+        )
+        if session and state.task is not None and state.task.session_id:
+            key = (state.task.tenant, state.task.session_id, request.rule or "", request.tool)
+            self.sessions[key] = request.approval_id
+        return self._sign(state, grant)
+
+    # -- run ends, expiry, recovery ----------------------------------------------------------
+
+    async def _run_ended(self, event: Event) -> Sequence[Event]:
+        assert event.run_id
+        state = await self.loader.state(event.run_id)
+        out: list[Event] = []
+        for turn in state.turns:
+            for call in turn.calls:
+                if call.grant is not None and call.grant.grant_id not in state.revoked:
+                    out.append(
+                        GrantRevoked(
+                            grant_id=call.grant.grant_id,
+                            call_id=call.call_id,
+                            reason=f"the run {state.status}",
+                        )
+                    )
+                elif call.approval is not None and call.grant is None and call.denied is None:
+                    self.open.pop(call.approval.approval_id, None)
+                    out.append(
+                        ApprovalExpired(
+                            approval_id=call.approval.approval_id, call_id=call.call_id
+                        )
+                    )
+                    out.append(_deny_call(call.approval, f"the run {state.status}"))
+        self.loader.forget(event.run_id)
+        return out
+
+    def note(self, event: Event) -> None:
+        """Remember what a handled reaction means for later decisions (called for every event
+        the recovery replay or the runtime shows us)."""
+        match event:
+            case ApprovalRequested() if event.source == "policy":
+                self.open.setdefault(event.approval_id, _Open(event, event))
+            case GrantIssued() | GrantDenied() if event.approval_id:
+                self.open.pop(event.approval_id, None)
+            case ApprovalExpired():
+                self.open.pop(event.approval_id, None)
+        if (
+            isinstance(event, GrantIssued)
+            and event.remember == "session"
+            and event.session_id
+            and verify(event, {self.keypair.public_key.decode()}) is None
+        ):
+            key = (event.tenant, event.session_id, event.rule or "", event.tool)
+            self.sessions[key] = event.approval_id or ""
+
+    async def recover(self) -> None:
+        """Rebuild session approvals and open approvals' deadlines from the log."""
+        try:
+            for pattern in ("approval", "grant"):
+                async for stored in read(self.log, self.log.subjects.of_type(pattern)):
+                    if stored.event is not None:
+                        self.note(stored.event)
+        finally:
+            self.recovered.set()
+
+    async def background(self) -> None:
+        """Recover, then follow this handler's own decisions and expire unanswered approvals."""
+        await self.recover()
+        subs = [
+            await self.log.nc.subscribe(self.log.subjects.of_type(p), cb=self._on_decision)
+            for p in ("approval", "grant")
+        ]
+        try:
+            while True:
+                await asyncio.sleep(self.watch_interval_s)
+                await self._expire_due()
+        finally:
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+
+    async def _on_decision(self, msg: object) -> None:
+        try:
+            self.note(self.log.codec.decode(msg.data))  # type: ignore[attr-defined]
+        except Exception:
+            return
+
+    async def _expire_due(self, now: datetime | None = None) -> None:
+        now = now or utcnow()
+        for approval_id, item in list(self.open.items()):
+            if item.request.expires_at > now or not item.request.run_id:
+                continue
+            self.open.pop(approval_id, None)
+            state = await self.loader.state(item.request.run_id)
+            call = state.call(item.request.call_id)
+            if call is None or call.grant or call.denied or state.answers.get(approval_id):
+                continue
+            reaction = Reaction(
+                [
+                    ApprovalExpired(approval_id=approval_id, call_id=item.request.call_id),
+                    _deny_call(item.request, "nobody answered the approval in time"),
+                ],
+                expect=Expect(state.seq, self.loader.scope(item.request.run_id)),
+            )
+            try:
+                await append_reaction(
+                    self.log, self.name, item.cause, reaction, first=_EXPIRY_ORDINAL
+                )
+            except BusError as exc:
+                logger.warning("could not expire approval %s: %r", approval_id, exc)
+                self.open[approval_id] = item
+
+
+def _deny(
+    call_id: str,
+    tool: str,
+    reason: str,
+    *,
+    rule: str | None = None,
+    tier: str = "deny",
+    approval_id: str | None = None,
+) -> GrantDenied:
+    return GrantDenied(
+        call_id=call_id,
+        tool=tool,
+        reason=reason,
+        rule=rule,
+        tier=tier,  # type: ignore[arg-type]
+        approval_id=approval_id,
+    )
+
+
+def _deny_call(request: ApprovalRequested, reason: str) -> GrantDenied:
+    return _deny(
+        request.call_id,
+        request.tool,
+        reason,
+        rule=request.rule,
+        tier=request.tier,
+        approval_id=request.approval_id,
+    )

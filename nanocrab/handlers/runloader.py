@@ -13,12 +13,13 @@ from collections import OrderedDict
 from nanocrab.bus import EventLog
 from nanocrab.bus.direct import DirectReader
 from nanocrab.events import EventDecodeError
-from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.runstate import RunState, Trust
 
 
 class RunLoader:
-    def __init__(self, log: EventLog, *, capacity: int = 4096) -> None:
+    def __init__(self, log: EventLog, *, capacity: int = 4096, trust: Trust | None = None) -> None:
         self.log = log
+        self.trust = trust
         self.reader = DirectReader(log.nc, log.cfg.log_stream)
         self.capacity = capacity
         self._cache: OrderedDict[str, RunState] = OrderedDict()
@@ -28,7 +29,7 @@ class RunLoader:
 
     async def state(self, run_id: str) -> RunState:
         """The run folded up to the newest event in the log."""
-        state = self._cache.pop(run_id, None) or RunState(run_id)
+        state = self._cache.pop(run_id, None) or RunState(run_id, trust=self.trust)
         for raw in await self.reader.after(self.scope(run_id), state.seq):
             try:
                 event = self.log.codec.decode(raw.data)

@@ -3,11 +3,16 @@ handler, so they all read one truth: the log."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from nanocrab.events import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
     ContextCompacted,
     Event,
     GrantDenied,
@@ -33,6 +38,8 @@ from nanocrab.events import (
 )
 
 Status = Literal["new", "running", "completed", "failed", "cancelled"]
+Answer = ApprovalGranted | ApprovalDenied | ApprovalExpired
+Trust = Callable[[Event], bool]
 TERMINAL: frozenset[Status] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -46,6 +53,7 @@ class CallState:
     requested: ToolRequested | None = None
     grant: GrantIssued | None = None
     denied: GrantDenied | None = None
+    approval: ApprovalRequested | None = None
     started: ToolStarted | None = None
     completed: ToolCompleted | None = None
     skipped: ToolSkipped | None = None
@@ -86,6 +94,11 @@ class RunState:
     reply: ReplySent | None = None
     outcome: RunCompleted | RunFailed | RunCancelled | None = None
     revoked: set[str] = field(default_factory=set)
+    approvals: dict[str, ApprovalRequested] = field(default_factory=dict)
+    # every answer in log order, trusted or not: whoever acts on one verifies it first
+    answers: dict[str, list[Answer]] = field(default_factory=dict)
+    # signed events a fold should believe (None: all); untrusted grants are not folded in
+    trust: Trust | None = field(default=None, repr=False)
     children: dict[str, str] = field(default_factory=dict)  # child run id -> parent call id
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
@@ -144,13 +157,24 @@ class RunState:
                 if (c := self.call(event.call_id)) is not None:
                     c.requested = event
             case GrantIssued():
-                if (c := self.call(event.call_id)) is not None:
+                if self.trust is not None and not self.trust(event):
+                    return
+                if (c := self.call(event.call_id)) is not None and c.grant is None:
                     c.grant = event
             case GrantDenied():
-                if (c := self.call(event.call_id)) is not None:
+                # a denial after a grant (an expiry racing an answer) changes nothing: the grant
+                # was first, the executor acts on it
+                c = self.call(event.call_id)
+                if c is not None and c.denied is None and c.grant is None:
                     c.denied = event
             case GrantRevoked():
                 self.revoked.add(event.grant_id)
+            case ApprovalRequested():
+                self.approvals.setdefault(event.approval_id, event)
+                if (c := self.call(event.call_id)) is not None and c.approval is None:
+                    c.approval = event
+            case ApprovalGranted() | ApprovalDenied() | ApprovalExpired():
+                self.answers.setdefault(event.approval_id, []).append(event)
             case ToolStarted():
                 if (c := self.call(event.call_id)) is not None:
                     c.started = event
@@ -187,8 +211,8 @@ class RunState:
         return None
 
 
-def fold(run_id: str, events: list[tuple[int, Event]]) -> RunState:
-    state = RunState(run_id)
+def fold(run_id: str, events: list[tuple[int, Event]], trust: Trust | None = None) -> RunState:
+    state = RunState(run_id, trust=trust)
     for seq, event in events:
         state.apply(event, seq)
     return state

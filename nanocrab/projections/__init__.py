@@ -1,5 +1,21 @@
 """SQL read models rebuilt from the log (SQLAlchemy 2 async; SQLite or PostgreSQL)."""
 
+import logging
+
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import EventLog
+from nanocrab.projections.audit import (
+    ApprovalRow,
+    AuditProjection,
+    AuditRow,
+    ViolationRow,
+    approval_row,
+    audit_rows,
+    pending_approvals,
+    violations,
+)
 from nanocrab.projections.base import Projection, ProjectionError
 from nanocrab.projections.db import checkpoints, default_url, make_engine, metadata
 from nanocrab.projections.deadletters import (
@@ -20,10 +36,38 @@ from nanocrab.projections.timeline import (
 
 def all_projections() -> list[Projection]:
     """Every read model this version ships, in rebuild order."""
-    return [RunTimelineProjection(), DeadLettersProjection(), SessionsProjection()]
+    return [
+        RunTimelineProjection(), DeadLettersProjection(), SessionsProjection(), AuditProjection(),
+    ]  # fmt: skip
+
+
+async def catch_up_projection(log: EventLog, engine: AsyncEngine, name: str) -> int:
+    """Bring one projection (by name) up to the end of the log before reading it: create its
+    tables if missing, apply what it lacks, return how many events were applied.
+
+    For commands that read a projection when no ``nanocrab up`` may be keeping it current. If
+    another process writes the same projection at the same moment (a ``nanocrab up``), the clash
+    is logged and 0 returned: that process is bringing it up to date anyway.
+    """
+    projection = next((p for p in all_projections() if p.name == name), None)
+    if projection is None:
+        known = ", ".join(p.name for p in all_projections())
+        raise ProjectionError(f"no projection named {name!r}; known: {known}")
+    projector = Projector(log, engine, projection)
+    try:
+        await projector.setup()
+        return await projector.catch_up()
+    except (OperationalError, IntegrityError) as exc:
+        logging.getLogger(__name__).warning(
+            "projection %s not brought up to date (another writer?): %s", name, exc.orig
+        )
+        return 0
 
 
 __all__ = [
+    "ApprovalRow",
+    "AuditProjection",
+    "AuditRow",
     "DeadLettersProjection",
     "Projection",
     "ProjectionError",
@@ -31,15 +75,21 @@ __all__ = [
     "RunTimelineProjection",
     "SessionsProjection",
     "TimelineRow",
+    "ViolationRow",
     "all_projections",
+    "approval_row",
+    "audit_rows",
+    "catch_up_projection",
     "checkpoints",
     "dead_letters",
     "default_url",
     "list_dead_letters",
     "make_engine",
     "metadata",
+    "pending_approvals",
     "run_timeline",
     "run_timeline_rows",
     "session_history",
     "summarize",
+    "violations",
 ]  # fmt: skip

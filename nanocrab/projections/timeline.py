@@ -11,14 +11,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import (
+    ApprovalDenied,
+    ApprovalGranted,
+    ApprovalRequested,
     Event,
     GrantDenied,
     GrantIssued,
+    GrantRevoked,
     LlmFailed,
     LlmResponded,
     ReplySent,
     RunCompleted,
     RunFailed,
+    SecurityRejected,
     TaskSubmitted,
     ToolCompleted,
     ToolRequested,
@@ -58,10 +63,20 @@ def summarize(event: Event, limit: int = 300) -> str:
         case ToolRequested(tool=tool, arguments=args):
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             text = f"{tool}({shown})"
-        case GrantIssued(tool=tool, capabilities=caps):
-            text = f"{tool} on {', '.join(c.resource or '*' for c in caps) or '*'}"
+        case GrantIssued(tool=tool, capabilities=caps, tier=tier, rule=rule):
+            text = f"{tool} {tier} by {rule or '-'} on {', '.join(c.resource or '*' for c in caps)}"
         case GrantDenied(tool=tool, reason=reason):
             text = f"{tool}: {reason}"
+        case ApprovalRequested(tool=tool, tier=tier, approval_id=aid):
+            text = f"{tool} {tier}: waiting for an approver ({aid})"
+        case ApprovalGranted(approver=who, remember=remember):
+            text = f"by {who} ({remember})"
+        case ApprovalDenied(approver=who, reason=reason):
+            text = f"by {who}: {reason}"
+        case GrantRevoked(grant_id=gid, reason=reason):
+            text = f"{gid}: {reason}"
+        case SecurityRejected(rejected_type=kind, reason=reason):
+            text = f"{kind}: {reason}"
         case ToolCompleted(tool=tool, is_error=e, duration_ms=d):
             text = f"{tool} {'error' if e else 'ok'} {d:.0f}ms"
         case _:

@@ -1,9 +1,10 @@
 """Signing and verifying events, and the binding hash that ties an approval to one call.
 
-The signed bytes are the event's canonical JSON with ``signature`` emptied: msgspec encodes
-struct fields in their declared order and dict keys sorted (``order="sorted"``), so the bytes
-are a pure function of the values. Every field is covered — envelope included (run, source,
-ids) — so a signed event cannot be moved to another run or re-labelled.
+The signed bytes are canonical JSON (msgspec, dict keys sorted) of the event's type, tenant,
+run and session plus every payload field except ``signature``. The rest of the envelope (id,
+time, causation, trace) is stamped by the runtime after the handler returns and is not
+covered; what a grant allows, for which run and session, is. So a signed event cannot be moved
+to another run or session, re-typed, or edited.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import base64
 import binascii
 import functools
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -20,7 +21,7 @@ import nacl.exceptions
 import nacl.signing
 import nkeys
 
-from nanocrab.events import Event
+from nanocrab.events import Event, payload_fields
 
 E = TypeVar("E", bound=Event)
 
@@ -28,7 +29,8 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_bytes(event: Event) -> bytes:
-    return _encoder.encode(msgspec.structs.replace(event, signature=""))  # type: ignore[call-arg]
+    payload = {f: getattr(event, f) for f in payload_fields(type(event)) if f != "signature"}
+    return _encoder.encode([event.type, event.tenant, event.run_id, event.session_id, payload])
 
 
 def sign(event: E, keypair: nkeys.KeyPair) -> E:
@@ -65,7 +67,10 @@ def _verify_key(public: str) -> nacl.signing.VerifyKey:
     return nacl.signing.VerifyKey(raw[1:33])
 
 
-def binding_hash(tool: str, arguments: dict[str, Any], resource: str | None, nonce: str) -> str:
-    """sha256 over the exact call: the same tool with other arguments hashes differently."""
-    payload = _encoder.encode([tool, arguments, resource, nonce])
+def binding_hash(
+    tool: str, arguments: Mapping[str, Any], resources: Sequence[str | None], nonce: str
+) -> str:
+    """sha256 over the exact call: the same tool with other arguments or on another resource
+    hashes differently; the nonce makes each request's hash unique."""
+    payload = _encoder.encode([tool, dict(arguments), list(resources), nonce])
     return hashlib.sha256(payload).hexdigest()

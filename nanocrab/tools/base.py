@@ -23,6 +23,7 @@ from nanocrab.events import (
     ToolDetails,
     ToolErrorKind,
 )
+from nanocrab.tools.hosts import HostAllowList
 
 if TYPE_CHECKING:
     from nanocrab.tools.ops import Operations
@@ -82,6 +83,9 @@ class ToolContext:
     timeout_s: float = 120.0
     run_id: str = ""
     call_id: str = ""
+    # Hosts the call's grant covers; network tools must stay within it (the first URL and every
+    # redirect hop), on top of their own allow-list. None: no restriction beyond the tool's own.
+    allowed_hosts: HostAllowList | None = None
 
 
 class ToolArgs(BaseModel):

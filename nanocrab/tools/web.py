@@ -32,9 +32,11 @@ class WebFetchArgs(ToolArgs):
 
 class WebFetchTool:
     """GETs ``url`` when its host is on the allow-list, following redirects only to allowed
-    hosts (at most ``max_redirects``). HTML becomes Markdown-ish text (html2text); other text
-    types are returned as they are; binary types fail. The body is cut at ``max_bytes``. A host
-    off the list is ``denied``, a non-2xx status ``failed``, a slow server ``timeout``.
+    hosts (at most ``max_redirects``); when ``ctx.allowed_hosts`` is set (the hosts the call's
+    grant covers), the URL and every redirect hop must be on it too. HTML becomes Markdown-ish
+    text (html2text); other text types are returned as they are; binary types fail. The body is
+    cut at ``max_bytes``. A host off the list is ``denied``, a non-2xx status ``failed``, a slow
+    server ``timeout``.
 
     Pass ``client`` (owned by the caller) or ``transport`` to control HTTP, e.g. in tests.
     """
@@ -63,14 +65,14 @@ class WebFetchTool:
         self.max_redirects = max_redirects
 
     async def run(self, args: WebFetchArgs, ctx: ToolContext) -> ToolResult:
-        url = self._check(args.url, what="URL")
+        url = self._check(args.url, ctx, what="URL")
         async with self._session() as client:
             for _ in range(self.max_redirects + 1):
                 try:
                     async with client.stream("GET", url, follow_redirects=False) as response:
                         if response.has_redirect_location:
                             location = response.headers["location"]
-                            url = self._check(location, base=url, what="redirect target")
+                            url = self._check(location, ctx, base=url, what="redirect target")
                             continue
                         return await self._result(response, args.max_bytes)
                 except httpx.TimeoutException as exc:
@@ -81,8 +83,11 @@ class WebFetchTool:
             "failed", f"Too many redirects (more than {self.max_redirects}) from {args.url}."
         )
 
-    def _check(self, raw: str, *, what: str, base: httpx.URL | None = None) -> httpx.URL:
-        """``raw`` (relative to ``base`` if given) as a URL this tool may fetch."""
+    def _check(
+        self, raw: str, ctx: ToolContext, *, what: str, base: httpx.URL | None = None
+    ) -> httpx.URL:
+        """``raw`` (relative to ``base`` if given) as a URL this tool may fetch: on the tool's
+        allow-list and, when the call's grant restricts hosts (``ctx.allowed_hosts``), on that."""
         try:
             url = base.join(raw) if base is not None else httpx.URL(raw)
         except httpx.InvalidURL as exc:
@@ -100,6 +105,14 @@ class WebFetchTool:
                 f"The {what} host {url.host!r} is not on the web allow-list (allowed: {allowed}). "
                 f"Do not retry; ask the operator to add {url.host!r} (or a '*.' pattern covering "
                 "it) to the web allow-list if it is needed.",
+            )
+        granted = ctx.allowed_hosts
+        if granted is not None and not granted.allows(url.host):
+            raise ToolError(
+                "denied",
+                f"The {what} host {url.host!r} is not among the hosts granted for this call "
+                f"(granted: {', '.join(granted.patterns) or 'none'}); it was not fetched. Do not "
+                f"retry; request {url.host!r} in a separate call if it is needed.",
             )
         return url
 

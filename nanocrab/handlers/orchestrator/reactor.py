@@ -33,7 +33,7 @@ from nanocrab.events import (
 )
 from nanocrab.handlers.orchestrator.decide import deadline, decide
 from nanocrab.handlers.runloader import RunLoader
-from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.runstate import RunState, Trust
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,18 @@ class Orchestrator:
     consumes = RUN_EVENTS
 
     def __init__(
-        self, log_: EventLog, *, name: str = "orchestrator", watchdog_interval_s: float = 1.0
+        self,
+        log_: EventLog,
+        *,
+        name: str = "orchestrator",
+        watchdog_interval_s: float = 1.0,
+        trust: Trust | None = None,
     ) -> None:
+        """``trust`` says which signed grants to believe (a ``spawn`` runs on its grant);
+        ``None`` believes every grant — for tests of the loop alone."""
         self.name = name
         self.log = log_
-        self.loader = RunLoader(log_)
+        self.loader = RunLoader(log_, trust=trust)
         self.watchdog_interval_s = watchdog_interval_s
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:

@@ -1,0 +1,308 @@
+"""``nanocrab audit`` (who was granted what, who approved, what ran) and ``nanocrab approvals``
+(what waits for a human). Both read the audit projection after bringing it up to date."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import EventLog
+from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit
+from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
+from nanocrab.cli.settings import Settings
+from nanocrab.projections import (
+    ApprovalRow,
+    AuditProjection,
+    AuditRow,
+    ViolationRow,
+    audit_rows,
+    catch_up_projection,
+    pending_approvals,
+)
+from nanocrab.projections import violations as list_violations
+from nanocrab.projections.audit import STATUSES
+
+T = TypeVar("T")
+
+_STATUS_STYLE = {
+    "requested": "dim", "awaiting_approval": "bold yellow", "granted": "green",
+    "denied": "red", "running": "cyan", "completed": "bold green", "failed": "bold red",
+    "refused": "bold red", "skipped": "dim", "revoked": "magenta",
+}  # fmt: skip
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``10m``, ``2h``, ``1d`` (before ``now``) or an ISO time (local time when it has no
+    offset), as an aware UTC datetime. Raises ``ValueError`` otherwise."""
+    if m := _AGO.match(text):
+        delta = timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        return (now or datetime.now(UTC)) - delta
+    value = datetime.fromisoformat(text.strip())
+    return value.astimezone(UTC)
+
+
+def _short(text: str | None, limit: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _args(arguments: dict[str, Any] | None, limit: int = 40) -> str:
+    shown = ", ".join(f"{k}={v!r}" for k, v in (arguments or {}).items())
+    return _short(shown, limit)
+
+
+def _key(public_key: str | None) -> str:
+    return "" if not public_key else f"{public_key[:8]}…"
+
+
+def _approver(approver: str | None) -> str:
+    """``name [UKEY…]``: the name and the start of the signing key."""
+    if not approver:
+        return ""
+    name, _, key = approver.partition(" [")
+    return f"{name} [{_key(key.rstrip(']'))}]" if key else name
+
+
+def _duration(ms: float | None, status: str) -> str:
+    if ms is None:
+        return "…" if status == "running" else ""
+    return f"{ms:.0f}ms" if ms < 1000 else f"{ms / 1000:.1f}s"
+
+
+def _local(t: datetime | None) -> str:
+    return t.astimezone().strftime("%m-%d %H:%M:%S") if t else ""
+
+
+def _in(delta_s: float) -> str:
+    if delta_s <= 0:
+        return "expired"
+    minutes, seconds = divmod(int(delta_s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+async def _catch_up(log: EventLog, engine: AsyncEngine, settings: Settings) -> None:
+    """Apply what the log has that the audit lacks; a running ``nanocrab up`` keeps it current
+    itself (and created its tables), so it is left to do so."""
+    if RuntimeMarker(settings.home).alive():
+        return
+    await catch_up_projection(log, engine, AuditProjection.name)
+
+
+def print_run_audit(settings: Settings, run_id: str) -> None:
+    """The audit rows of one run, as a table (the demo ends with it)."""
+    rows = _read(settings, lambda engine: audit_rows(engine, run_id=run_id))
+    console.print(calls_table(rows, f"audit of run {run_id}"))
+
+
+def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            engine = engine_for(settings.db_url)
+            try:
+                await _catch_up(log, engine, settings)
+                return await fetch(engine)
+            finally:
+                await engine.dispose()
+
+    return run_async(main())  # type: ignore[no-any-return]
+
+
+def _plain(row: Any, **extra: Any) -> dict[str, Any]:
+    return {**dataclasses.asdict(row), **extra}
+
+
+def _emit_json(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        console.file.write(json.dumps(row, default=_iso, ensure_ascii=False) + "\n")
+    console.file.flush()
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _emit_csv(columns: list[str], rows: list[dict[str, Any]]) -> None:
+    def cell(v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, datetime):
+            return v.isoformat()
+        if isinstance(v, dict | list):
+            return json.dumps(v, ensure_ascii=False)
+        return str(v)
+
+    writer = csv.writer(console.file, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([cell(row[c]) for c in columns])
+    console.file.flush()
+
+
+def calls_table(rows: list[AuditRow], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col, kw in (
+        ("time", {"style": "dim", "no_wrap": True}), ("run", {"style": "dim", "no_wrap": True}),
+        ("tool", {"no_wrap": True}), ("args", {"max_width": 40}), ("tier", {"no_wrap": True}),
+        ("approval", {}), ("status", {"no_wrap": True}),
+        ("duration", {"justify": "right", "no_wrap": True}), ("error", {"max_width": 60}),
+    ):  # fmt: skip
+        t.add_column(col, **kw)  # type: ignore[arg-type]
+    for r in rows:
+        approval = r.approval_result or ""
+        if r.approver:
+            approval += f" by {_approver(r.approver)}"
+        t.add_row(
+            _local(r.requested_at), (r.run_id or "")[-8:], r.tool or "?", _args(r.arguments),
+            r.tier or "", approval, Text(r.status, _STATUS_STYLE.get(r.status, "white")),
+            _duration(r.duration_ms, r.status), _short(r.error, 60),
+        )  # fmt: skip
+    return t
+
+
+def _violations_table(rows: list[ViolationRow]) -> Table:
+    t = Table(title=f"security violations ({len(rows)})", title_justify="left")
+    for col in ("time", "run", "refused", "event", "signer", "by", "reason"):
+        t.add_column(col)
+    for v in rows:
+        t.add_row(
+            _local(v.time), (v.run_id or "")[-8:], Text(v.rejected_type, "bold red"),
+            _key(v.rejected_id), _key(v.signer), v.source, _short(v.reason, 80),
+        )  # fmt: skip
+    return t
+
+
+def _nothing(what: str, filters: dict[str, str | None], machine: bool) -> None:
+    applied = ", ".join(f"{k}={v}" for k, v in filters.items() if v)
+    line = f"nothing matched ({applied})" if applied else f"no {what} recorded yet"
+    (err if machine else console).print(f"[dim]{line}[/]")
+
+
+@app.command()
+def audit(
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
+    tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
+    status: Annotated[
+        str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Requested at or after: 10m, 2h, 1d, or an ISO time (local if bare)."),
+    ] = None,
+    show_violations: Annotated[
+        bool,
+        typer.Option("--violations", help="List refused forgeries (security.rejected) instead."),
+    ] = False,
+    json_: JsonOpt = False,
+    csv_: Annotated[bool, typer.Option("--csv", help="CSV with a header row.")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (the newest).")] = 1000,
+) -> None:
+    """Every tool call: arguments, capabilities asked and granted, tier, who approved, status,
+    timings and errors."""
+    if json_ and csv_:
+        err.print("[red]use --json or --csv, not both[/]")
+        raise typer.Exit(2)
+    if status is not None and status not in STATUSES:
+        err.print(f"[red]unknown --status {status!r}[/]; use one of: {', '.join(STATUSES)}")
+        raise typer.Exit(2)
+    if show_violations and (tool or status):
+        err.print("[red]--tool and --status do not apply to --violations[/] (use --run, --since)")
+        raise typer.Exit(2)
+    try:
+        since_at = parse_since(since) if since else None
+    except ValueError as exc:
+        err.print(
+            f"[red]bad --since {since!r}[/]: use 30s, 10m, 2h, 1d, 1w or an ISO time such as "
+            "2025-03-01T12:00 or 2025-03-01T12:00:00+00:00"
+        )
+        raise typer.Exit(2) from exc
+    settings = settings_or_exit()
+    filters = {"run": run_id, "tool": tool, "status": status, "since": since}
+    machine = json_ or csv_
+
+    if show_violations:
+        found = _read(settings, lambda e: list_violations(e, run_id=run_id, since=since_at))
+        found = found[-limit:]
+        plain = [_plain(v) for v in found]
+        columns = [f.name for f in dataclasses.fields(ViolationRow)]
+        _output(found, plain, columns, json_, csv_, lambda: _violations_table(found))
+        if not found:
+            _nothing("violations", filters, machine)
+        return
+
+    rows = _read(
+        settings,
+        lambda e: audit_rows(
+            e, run_id=run_id, tool=tool, status=status, since=since_at, limit=limit
+        ),
+    )
+    plain = [_plain(r, duration_ms=r.duration_ms) for r in rows]
+    columns = [*(f.name for f in dataclasses.fields(AuditRow)), "duration_ms"]
+    title = f"audit: {len(rows)} tool call{'s' if len(rows) != 1 else ''}"
+    _output(rows, plain, columns, json_, csv_, lambda: calls_table(rows, title))
+    if not rows:
+        _nothing("tool calls", filters, machine)
+
+
+def _output(
+    found: list[Any],
+    plain: list[dict[str, Any]],
+    columns: list[str],
+    json_: bool,
+    csv_: bool,
+    table: Callable[[], Table],
+) -> None:
+    if json_:
+        _emit_json(plain)
+    elif csv_:
+        _emit_csv(columns, plain)
+    elif found:
+        console.print(table())
+
+
+@app.command()
+def approvals(json_: JsonOpt = False) -> None:
+    """Approvals waiting for a human: the call, its tier, why it needs one, when it expires."""
+    settings = settings_or_exit()
+    now = datetime.now(UTC)
+    pending: list[ApprovalRow] = _read(settings, lambda e: pending_approvals(e, now=now))
+    if json_:
+        _emit_json([
+            _plain(a, expires_in_s=(a.expires_at - now).total_seconds() if a.expires_at else None)
+            for a in pending
+        ])  # fmt: skip
+        return
+    if not pending:
+        console.print("[green]no approvals waiting[/]")
+        return
+    t = Table(title=f"approvals waiting ({len(pending)})", title_justify="left")
+    for col in ("id", "run", "tool", "arguments", "tier", "reason", "expires in", "options"):
+        t.add_column(col, no_wrap=col in ("id", "expires in"))
+    for a in pending:
+        left = (a.expires_at - now).total_seconds() if a.expires_at else 0.0
+        t.add_row(
+            a.approval_id, (a.run_id or "")[-8:], a.tool or "?", _args(a.arguments, 50),
+            Text(a.tier or "", "bold red" if a.tier == "unsafe" else "yellow"),
+            _short(a.reason, 50), _in(left), ", ".join(a.options),
+        )  # fmt: skip
+    console.print(t)
+    console.print(
+        "[dim]approve with `nanocrab approve ID [--session]`, "
+        "refuse with `nanocrab deny ID --reason ...`[/]"
+    )

@@ -1,0 +1,340 @@
+"""The capability policy file (``policy.yaml``): typed rules, loaded safely, rejected loudly.
+
+Format (every key shown; unknown keys are an error)::
+
+    version: 1
+    grant_ttl: 600              # seconds a grant stays valid
+    approval:
+      timeout: 300              # seconds an approval request waits before it expires (denied)
+      approvers: []             # extra trusted approver public nkeys ("U…")
+      trust_local_approver: true  # the data directory's own approver key is trusted
+    rules:
+      - id: read-workspace      # unique, required
+        tools: [read, ls, glob, grep]   # canonical tool names, or "*"
+        paths: ["${workspace}"] # ${workspace} and a leading ~ are expanded; symlinks resolved
+        tier: safe              # safe | guarded | unsafe | deny
+        scope: step             # task | step | resource (default step)
+        share_with_subagents: false  # a session approval under this rule also covers subagents
+      - id: shell-tests
+        tools: [exec]
+        commands: ["python -m pytest*", "ls", "ls *"]  # fnmatch glob per command segment
+        tier: safe
+      - id: web-docs
+        tools: [web_fetch]
+        hosts: ["docs.python.org", "*.python.org"]     # exact host, or subdomains at a label
+        tier: safe
+      - id: gmail
+        tools: ["gmail.read"]
+        scopes: ["gmail.read"]  # for tools without a path/URL/command: the tool name
+        tier: guarded
+      - id: secrets
+        tools: ["*"]
+        paths: ["~/.ssh", "/etc"]
+        tier: deny
+
+A rule constrains at most one kind of resource (``paths``, ``hosts``, ``commands`` or
+``scopes``); a rule with none matches every call of its tools. Which kind fits which tool is
+checked at load time: ``commands`` only with ``exec``; ``paths`` with the path tools (read,
+write, edit, ls, glob, grep) — and ``exec`` in a deny rule, where it denies commands whose
+arguments lie in those paths; ``hosts`` with ``web_fetch`` (or ``*``); ``scopes`` with tools
+that have no path, URL or command. How rules are applied is in :mod:`nanocrab.policy.engine`.
+
+Files are read with ``yaml.safe_load`` semantics only: a YAML tag such as
+``!!python/object/apply:os.system`` is refused, as are duplicate keys (which YAML would silently
+resolve to the last one). Every :class:`PolicyError` names the file, the line, the rule (id and
+position) and what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from nanocrab.events.values import GrantScope, RiskTier
+from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS, host_list
+
+BUNDLED = "default.yaml"
+_RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NKEY_USER = re.compile(r"U[A-Z2-7]{55}")
+
+
+class PolicyError(Exception):
+    """Root of ``nanocrab.policy`` errors: a policy file that cannot be used as written."""
+
+
+class Approval(BaseModel):
+    """How approvals for guarded and unsafe calls work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout: PositiveFloat = 300
+    approvers: tuple[str, ...] = ()
+    trust_local_approver: bool = True
+
+    @field_validator("approvers")
+    @classmethod
+    def _public_nkeys(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for key in value:
+            if not _NKEY_USER.fullmatch(key):
+                raise ValueError(
+                    f"approver {key!r} is not a user public nkey ('U' and 55 base32 characters)"
+                )
+        return value
+
+
+class Rule(BaseModel):
+    """One policy rule: which tools (and resources) it covers, and the tier it assigns."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    tools: tuple[str, ...] = Field(min_length=1)
+    tier: RiskTier
+    scope: GrantScope = "step"
+    share_with_subagents: bool = False
+    paths: tuple[str, ...] | None = None
+    hosts: tuple[str, ...] | None = None
+    commands: tuple[str, ...] | None = None
+    scopes: tuple[str, ...] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _RULE_ID.fullmatch(value):
+            raise ValueError(f"rule id {value!r} must be letters, digits, '_', '.', '-'")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if name != "*" and not TOOL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"tool name {name!r} is not canonical: use lower-case names such as 'read' "
+                    "or 'gmail.read' (^[a-z][a-z0-9_.-]*$), or '*' for every tool"
+                )
+        return value
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for path in value or ():
+            rest = path.replace("${workspace}", "")
+            if "$" in rest or "\x00" in path:
+                raise ValueError(f"path {path!r}: only ${{workspace}} is expanded")
+            if not path.startswith(("/", "~", "${workspace}")):
+                raise ValueError(
+                    f"path {path!r} must be absolute, start with ~ or with ${{workspace}}"
+                )
+        return value
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value:
+            host_list(value)  # ValueError names the bad pattern
+        return value
+
+    @model_validator(mode="after")
+    def _resource_fits_tools(self) -> Rule:
+        kinds = {
+            k: v
+            for k, v in (
+                ("paths", self.paths),
+                ("hosts", self.hosts),
+                ("commands", self.commands),
+                ("scopes", self.scopes),
+            )
+            if v is not None
+        }
+        if len(kinds) > 1:
+            raise ValueError(
+                f"a rule constrains one kind of resource, not {' and '.join(kinds)}; "
+                "split it into one rule per kind"
+            )
+        for kind, values in kinds.items():
+            if not values:
+                raise ValueError(f"'{kind}' is empty and would match nothing; remove it")
+        named = set(self.tools) - {"*"}
+        if self.commands is not None and set(self.tools) != {EXEC_TOOL}:
+            raise ValueError("'commands' only applies to exec: set tools: [exec]")
+        if self.paths is not None:
+            fits = PATH_TOOLS | ({EXEC_TOOL} if self.tier == "deny" else set())
+            _require(named <= fits, "paths", named - fits, "read, write, edit, ls, glob, grep "
+                     "(and exec in deny rules)")  # fmt: skip
+        if self.hosts is not None:
+            _require(named <= URL_TOOLS, "hosts", named - URL_TOOLS, "web_fetch")
+        if self.scopes is not None:
+            wrong = named & (PATH_TOOLS | URL_TOOLS | {EXEC_TOOL})
+            _require(not wrong, "scopes", wrong, "tools without a path, URL or command")
+        return self
+
+
+def _require(ok: bool, kind: str, wrong: set[str], fits: str) -> None:
+    if not ok:
+        names = ", ".join(sorted(wrong))
+        raise ValueError(
+            f"'{kind}' does not apply to {names}; it fits {fits} — give {names} its own rule"
+        )
+
+
+class Policy(BaseModel):
+    """A validated policy. Build with :func:`load_policy` or :meth:`from_mapping`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    grant_ttl: PositiveInt = 600
+    approval: Approval = Approval()
+    rules: tuple[Rule, ...] = ()
+
+    _source: str = PrivateAttr(default="<policy>")
+    _cache: dict[str, Any] = PrivateAttr(default_factory=dict)  # engine's per-workspace rules
+
+    @property
+    def source(self) -> str:
+        """Where the policy came from (a file path, or the name given to ``from_mapping``)."""
+        return self._source
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Policy:
+        counts = Counter(rule.id for rule in self.rules)
+        dupes = [rid for rid, n in counts.items() if n > 1]
+        if dupes:
+            raise ValueError(f"duplicate rule id {dupes[0]!r}: rule ids must be unique")
+        return self
+
+    @classmethod
+    def from_mapping(cls, data: Any, source: str = "<mapping>") -> Policy:
+        """Validate already-parsed data (e.g. in tests); errors are :class:`PolicyError`."""
+        return _validate(data, source, None)
+
+
+def load_policy(path: Path | None = None) -> Policy:
+    """The policy in ``path``, or the bundled ``default.yaml`` when ``path`` is ``None``.
+
+    Raises :class:`PolicyError` for an unreadable file, YAML that is not plain data (tags,
+    several documents, duplicate keys) and any validation failure.
+    """
+    if path is None:
+        source = f"{__package__.replace('.', '/')}/{BUNDLED} (bundled)"
+        text = importlib.resources.files(__package__).joinpath(BUNDLED).read_text("utf-8")
+    else:
+        source = str(path)
+        try:
+            text = path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"{source}: cannot read the policy file: {exc}") from exc
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise PolicyError(f"{source}: the policy file is empty; it needs at least 'version: 1'")
+        _reject_duplicate_keys(node, source)
+        data = loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise PolicyError(_yaml_message(exc, source)) from exc
+    finally:
+        loader.dispose()
+    return _validate(data, source, node)
+
+
+def _yaml_message(exc: yaml.YAMLError, source: str) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{source}:{mark.line + 1}" if mark is not None else source
+    problem = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in problem:
+        return (
+            f"{where}: {problem}; policy files are plain YAML data and tags such as "
+            "!!python/object are refused"
+        )
+    return f"{where}: not valid YAML: {problem}"
+
+
+def _reject_duplicate_keys(node: yaml.Node, source: str) -> None:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            seen: set[object] = set()
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        raise PolicyError(
+                            f"{source}:{key.start_mark.line + 1}: duplicate key {key.value!r}; "
+                            "YAML would silently keep only the last one"
+                        )
+                    seen.add(key.value)
+                stack.extend((key, value))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+
+
+def _validate(data: Any, source: str, node: yaml.Node | None) -> Policy:
+    if not isinstance(data, dict):
+        line = f":{node.start_mark.line + 1}" if node is not None else ""
+        raise PolicyError(f"{source}{line}: a policy is a mapping with 'version: 1' and 'rules'")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = [_describe(err, data, source, node) for err in exc.errors()]
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise PolicyError("\n".join(problems[:5]) + more) from exc
+    policy._source = source
+    return policy
+
+
+def _describe(err: Any, data: dict[str, Any], source: str, node: yaml.Node | None) -> str:
+    loc: tuple[Any, ...] = tuple(err["loc"])
+    line = _line_of(node, loc)
+    where = f"{source}:{line}" if line else source
+    label = ""
+    field = loc
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+        raw = data.get("rules")
+        rule = raw[loc[1]] if isinstance(raw, list) and loc[1] < len(raw) else None
+        rid = rule.get("id") if isinstance(rule, dict) else None
+        label = f"rule {rid!r} (#{loc[1] + 1})" if isinstance(rid, str) else f"rule #{loc[1] + 1}"
+        field = loc[2:]
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        model = Rule if label and len(field) == 1 else None
+        allowed = f" (allowed: {', '.join(model.model_fields)})" if model else ""
+        message = f"unknown key{allowed}"
+    elif err["type"] in ("literal_error", "enum") and isinstance(err.get("input"), str | int):
+        message += f", not {err['input']!r}"
+    parts = [p for p in (label, ".".join(str(f) for f in field)) if p]
+    return f"{where}: {': '.join(parts)}: {message}" if parts else f"{where}: {message}"
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (or of its closest existing ancestor)."""
+    if node is None:
+        return None
+    current = node
+    for step in loc:
+        child = None
+        if isinstance(current, yaml.MappingNode):
+            child = next((v for k, v in current.value if k.value == step), None)
+        elif isinstance(current, yaml.SequenceNode) and isinstance(step, int):
+            child = current.value[step] if step < len(current.value) else None
+        if child is None:
+            break
+        current = child
+    return current.start_mark.line + 1

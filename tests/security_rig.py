@@ -59,6 +59,7 @@ class Rig:
         *,
         session_id: str | None = None,
         parent_run_id: str | None = None,
+        parent_session_id: str | None = None,
         capabilities: list[Capability] | None = None,
         agent: str = "default",
     ) -> str:
@@ -67,7 +68,8 @@ class Rig:
         common: dict[str, Any] = {"run_id": rid, "task_id": rid, "session_id": sid}
         task = TaskSubmitted(
             text="security case", workspace=str(self.workspace), agent=agent,
-            parent_run_id=parent_run_id, capabilities=capabilities, **common,
+            parent_run_id=parent_run_id, parent_session_id=parent_session_id,
+            capabilities=capabilities, **common,
         )  # fmt: skip
         await self.log.append(task)
         await self.log.append(RunStarted(source="orchestrator", agent=agent, **common))
@@ -121,9 +123,7 @@ class Rig:
         """The call's end as the policy/executor decided it: a denial or a completion."""
         from nanocrab.events import GrantDenied, ToolCompleted
 
-        return await self.wait(
-            run_id, (GrantDenied, ToolCompleted), lambda e: e.call_id == call_id
-        )
+        return await self.wait(run_id, (GrantDenied, ToolCompleted), lambda e: e.call_id == call_id)
 
     async def approval(self, run_id: str, call_id: str) -> ApprovalRequested:
         return await self.wait(run_id, ApprovalRequested, lambda e: e.call_id == call_id)

@@ -237,3 +237,22 @@ def test_a_follow_up_at_the_step_limit_keeps_the_answer() -> None:
     out = decide(state_of(*s), utcnow())
     assert types(out) == ["reply.sent", "run.completed"]
     assert out[1].reply == "the answer"  # type: ignore[attr-defined]
+
+
+def test_a_child_run_inherits_the_parents_capability_budget() -> None:
+    import msgspec
+
+    from nanocrab.events import Capability
+
+    budget = [Capability(tool="read", resource="/srv/docs", access="read")]
+    first, *rest = started()
+    s = [
+        msgspec.structs.replace(first, capabilities=budget),
+        *rest,
+        responded(0, ("c1", "spawn", {"task": "look", "tools": ["read"]})),
+        ToolRequested(call_id="c1", tool="spawn", arguments={}),
+        GrantIssued(grant_id="g", call_id="c1", tool="spawn", capabilities=[], scope="step",
+                    tier="safe", expires_at=utcnow() + timedelta(minutes=1)),
+    ]  # fmt: skip
+    child_task = decide(state_of(*s), utcnow())[1]
+    assert isinstance(child_task, TaskSubmitted) and child_task.capabilities == budget

@@ -358,11 +358,33 @@ async def test_a_session_approval_covers_that_session_only(rig: Rig) -> None:
 async def test_a_session_approval_does_not_reach_a_subagent(rig: Rig) -> None:
     await approve_for_session(rig, "session-p")
     parent = await rig.start_run(session_id="session-p")
-    child = await rig.start_run(session_id="session-p", parent_run_id=parent)
+    child = await rig.start_run(parent_run_id=parent, parent_session_id="session-p")
     call = await rig.call(child, "write", {"path": "child.txt", "content": "c"})
     await rig.approval(child, call)
     await rig.audit(call, lambda r: r.status == "awaiting_approval")
     assert not (rig.workspace / "child.txt").exists()
+
+
+async def test_a_rule_may_share_its_session_approvals_with_subagents(
+    log,
+    sqlite_engine,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    data = rules(tmp_path).model_dump(mode="json", exclude_none=True)
+    for rule in data["rules"]:
+        if rule["id"] == "write-ws":
+            rule["share_with_subagents"] = True
+    policy = Policy.from_mapping(data, source="sharing")
+    async with security_rig(log, sqlite_engine, tmp_path, policy) as rig:
+        await approve_for_session(rig, "session-s")
+        parent = await rig.start_run(session_id="session-s")
+        child = await rig.start_run(parent_run_id=parent, parent_session_id="session-s")
+        call = await rig.call(child, "write", {"path": "child.txt", "content": "c"})
+        grant = await rig.wait(child, GrantIssued, lambda e: e.call_id == call)
+        assert grant.remembered
+        stranger = await rig.start_run(parent_run_id=parent, parent_session_id="session-x")
+        other = await rig.call(stranger, "write", {"path": "x.txt", "content": "x"})
+        await rig.approval(stranger, other)
 
 
 async def test_always_allow_never_silences_an_unsafe_call(rig: Rig) -> None:
@@ -465,4 +487,3 @@ async def test_the_audit_is_kept_on_postgres_too(log, engine, tmp_path) -> None:
         run = await rig.start_run()
         call = await rig.call(run, "read", {"path": "../x"})
         await denied(rig, run, call)
-

@@ -161,9 +161,9 @@ class PolicyHandler:
             return [_deny(event.call_id, event.tool, reason, rule="profile")]
         if decision.tier == "safe":
             return [self._grant(state, event, decision)]
-        if decision.tier == "guarded":
+        if decision.tier == "guarded" and self._may_share(state, decision):
             remembered = self.sessions.get(self._session_key(state, decision, event.tool))
-            if remembered is not None and self._may_share(state, decision):
+            if remembered is not None:
                 return [
                     self._grant(state, event, decision, approval_id=remembered, remembered=True)
                 ]
@@ -237,15 +237,19 @@ class PolicyHandler:
         )
 
     def _session_key(self, state: RunState, decision: Decision, tool: str) -> SessionKey:
-        assert state.task is not None
-        return (state.task.tenant, state.task.session_id or "", decision.rule or "", tool)
+        """A subagent (allowed by its rule to share) looks up its parent's session."""
+        task = state.task
+        assert task is not None
+        session = task.parent_session_id if task.parent_run_id else task.session_id
+        return (task.tenant, session or "", decision.rule or "", tool)
 
     @staticmethod
     def _may_share(state: RunState, decision: Decision) -> bool:
-        assert state.task is not None
-        if not state.task.session_id:
-            return False
-        return state.task.parent_run_id is None or decision.share_with_subagents
+        task = state.task
+        assert task is not None
+        if task.parent_run_id is not None:
+            return decision.share_with_subagents and bool(task.parent_session_id)
+        return bool(task.session_id)
 
     # -- answers ----------------------------------------------------------------------------
 

@@ -49,11 +49,19 @@ def verify(event: Event, trusted: Collection[str]) -> str | None:
     if signer not in trusted:
         return f"{event.type} {event.id} is signed by {signer[:12]}…, which is not a trusted key"
     try:
-        sig = base64.b64decode(signature, validate=True)
-        _verify_key(signer).verify(canonical_bytes(event), sig)
+        _verified(signer, signature, canonical_bytes(event))
     except (nkeys.NkeysError, nacl.exceptions.CryptoError, ValueError, binascii.Error) as exc:
         return f"{event.type} {event.id} has an invalid signature ({exc.__class__.__name__})"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _verified(signer: str, signature: str, payload: bytes) -> bool:
+    """Raises unless ``signature`` by ``signer`` holds over ``payload``. Several handlers verify
+    the same grant (the executor, the orchestrator's fold); the cache is keyed by the exact
+    bytes, so only an identical signed event hits it."""
+    _verify_key(signer).verify(payload, base64.b64decode(signature, validate=True))
+    return True
 
 
 @functools.lru_cache(maxsize=256)

@@ -200,6 +200,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
             tools=tools,
             skills=args.skills,
             workspace=state.task.workspace,
+            capabilities=state.task.capabilities,  # a child never holds more than its parent
             run_id=child,
             task_id=state.task.task_id,
             session_id=child,

@@ -102,9 +102,22 @@ async def _catch_up(log: EventLog, engine: AsyncEngine, settings: Settings) -> N
 
 
 def print_run_audit(settings: Settings, run_id: str) -> None:
-    """The audit rows of one run, as a table (the demo ends with it)."""
+    """One run's calls in a narrow table — tool, tier, approval, status, time — for the end of
+    the demo, whose timeline has already shown the arguments."""
     rows = _read(settings, lambda engine: audit_rows(engine, run_id=run_id))
-    console.print(calls_table(rows, f"audit of run {run_id}"))
+    t = Table(title=f"audit of run {run_id}", title_justify="left")
+    for col in ("tool", "tier", "approval", "status", "duration"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=30)
+    for r in rows:
+        approval = r.approval_result or ""
+        if r.approver:
+            approval += f" by {_approver(r.approver)}"
+        t.add_row(
+            r.tool or "?", r.tier or "", approval,
+            Text(r.status, _STATUS_STYLE.get(r.status, "white")),
+            _duration(r.duration_ms, r.status),
+        )  # fmt: skip
+    console.print(t)
 
 
 def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T:
@@ -155,24 +168,34 @@ def _emit_csv(columns: list[str], rows: list[dict[str, Any]]) -> None:
     console.file.flush()
 
 
-def calls_table(rows: list[AuditRow], title: str) -> Table:
+def calls_table(rows: list[AuditRow], title: str, *, with_run: bool = True) -> Table:
+    """One line per call; long cells are cut with an ellipsis rather than wrapped, so the table
+    stays readable in an 80-column terminal."""
     t = Table(title=title, title_justify="left")
-    for col, kw in (
-        ("time", {"style": "dim", "no_wrap": True}), ("run", {"style": "dim", "no_wrap": True}),
-        ("tool", {"no_wrap": True}), ("args", {"max_width": 40}), ("tier", {"no_wrap": True}),
-        ("approval", {}), ("status", {"no_wrap": True}),
-        ("duration", {"justify": "right", "no_wrap": True}), ("error", {"max_width": 60}),
-    ):  # fmt: skip
-        t.add_column(col, **kw)  # type: ignore[arg-type]
+    cut: dict[str, Any] = {"no_wrap": True, "overflow": "ellipsis"}
+    fixed: dict[str, Any] = {"no_wrap": True}
+    columns: list[tuple[str, dict[str, Any]]] = [
+        ("time", {**fixed, "style": "dim", "min_width": 14}),
+        *([("run", {**fixed, "style": "dim", "min_width": 8})] if with_run else []),
+        ("tool", {**fixed, "min_width": 5}), ("args", {**cut, "max_width": 36}),
+        ("tier", {**fixed, "min_width": 7}), ("approval", {**cut, "max_width": 26}),
+        ("status", {**fixed, "min_width": 9}),
+        ("duration", {**fixed, "justify": "right", "min_width": 6}),
+        ("error", {**cut, "max_width": 40}),
+    ]  # fmt: skip
+    for col, kw in columns:
+        t.add_column(col, **kw)
     for r in rows:
         approval = r.approval_result or ""
         if r.approver:
             approval += f" by {_approver(r.approver)}"
-        t.add_row(
-            _local(r.requested_at), (r.run_id or "")[-8:], r.tool or "?", _args(r.arguments),
-            r.tier or "", approval, Text(r.status, _STATUS_STYLE.get(r.status, "white")),
+        cells = [
+            _local(r.requested_at), *([(r.run_id or "")[-8:]] if with_run else []),
+            r.tool or "?", _args(r.arguments), r.tier or "", approval,
+            Text(r.status, _STATUS_STYLE.get(r.status, "white")),
             _duration(r.duration_ms, r.status), _short(r.error, 60),
-        )  # fmt: skip
+        ]  # fmt: skip
+        t.add_row(*cells)
     return t
 
 

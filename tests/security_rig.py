@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,12 +136,15 @@ class Rig:
         grant: bool = True,
         remember: str = "once",
         identity: str = "approver",
+        at: datetime | None = None,
         **changes: Any,
     ) -> ApprovalGranted | ApprovalDenied:
+        """A signed answer (given ``at`` a time, if set); ``changes`` are made after signing."""
         common: dict[str, Any] = {
             "approval_id": request.approval_id, "approver": identity,
             "binding_hash": request.binding_hash, "run_id": request.run_id,
             "session_id": request.session_id, "task_id": request.task_id, "source": "approver",
+            **({"time": at} if at is not None else {}),
         }  # fmt: skip
         answer: ApprovalGranted | ApprovalDenied = (
             ApprovalGranted(remember=remember, **common)  # type: ignore[arg-type]

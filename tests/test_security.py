@@ -287,13 +287,24 @@ async def test_the_same_approval_delivered_twice_runs_once(rig: Rig) -> None:
 async def test_an_approval_after_its_expiry_is_refused(rig: Rig) -> None:
     run, call = await pending_write(rig)
     request = await rig.approval(run, call)
-    late = rig.answer(request)
-    late = msgspec.structs.replace(late, time=request.expires_at + timedelta(seconds=1))
+    late = rig.answer(request, at=request.expires_at + timedelta(seconds=1))
     await rig.log.append(late)
     outcome = await denied(rig, run, call)
     assert "expired" in outcome.reason
     row = await rig.audit(call)
     assert row.approval_result == "expired"
+
+
+async def test_a_back_dated_answer_is_rejected(rig: Rig) -> None:
+    """The answer's time is signed: a late answer cannot be re-dated into the window."""
+    run, call = await pending_write(rig)
+    request = await rig.approval(run, call)
+    late = rig.answer(request, at=request.expires_at + timedelta(seconds=1))
+    back_dated = msgspec.structs.replace(late, time=request.expires_at - timedelta(seconds=5))
+    await rig.log.append(back_dated)
+    rejected = await rig.wait(run, SecurityRejected)
+    assert "invalid signature" in rejected.reason
+    assert not (rig.workspace / "out.txt").exists()
 
 
 async def test_an_approval_after_the_run_ended_is_refused(rig: Rig) -> None:
@@ -410,6 +421,17 @@ async def test_unanswered_approval_expires_into_a_denial(log, sqlite_engine, tmp
         outcome = await denied(rig, run, call)
         assert "in time" in outcome.reason
         assert (await rig.audit(call)).approval_result == "expired"
+
+
+async def test_a_forged_answer_does_not_stop_the_expiry(log, sqlite_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    async with security_rig(log, sqlite_engine, tmp_path, rules(tmp_path, timeout=1)) as rig:
+        run, call = await pending_write(rig)
+        request = await rig.approval(run, call)
+        forged = rig.answer(request, identity="mallory")
+        await rig.log.append(forged)
+        await rig.wait(run, SecurityRejected)
+        outcome = await denied(rig, run, call)
+        assert "in time" in outcome.reason
 
 
 async def test_no_approver_means_deny(log, sqlite_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -416,11 +416,13 @@ class PolicyHandler:
         for approval_id, item in list(self.open.items()):
             if item.request.expires_at > now or not item.request.run_id:
                 continue
-            self.open.pop(approval_id, None)
             state = await self.loader.state(item.request.run_id)
             call = state.call(item.request.call_id)
-            if call is None or call.grant or call.denied or state.answers.get(approval_id):
+            if call is None or call.grant or call.denied:
+                self.open.pop(approval_id, None)
                 continue
+            if self._first_trusted(state, approval_id) is not None:
+                continue  # a real answer is in the log; its handling settles the call
             reaction = Reaction(
                 [
                     ApprovalExpired(approval_id=approval_id, call_id=item.request.call_id),
@@ -429,12 +431,14 @@ class PolicyHandler:
                 expect=Expect(state.seq, self.loader.scope(item.request.run_id)),
             )
             try:
-                await append_reaction(
+                stored = await append_reaction(
                     self.log, self.name, item.cause, reaction, first=_EXPIRY_ORDINAL
                 )
             except BusError as exc:
                 logger.warning("could not expire approval %s: %r", approval_id, exc)
-                self.open[approval_id] = item
+                continue
+            if stored:
+                self.open.pop(approval_id, None)
 
 
 def _deny(

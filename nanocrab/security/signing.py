@@ -1,10 +1,10 @@
 """Signing and verifying events, and the binding hash that ties an approval to one call.
 
 The signed bytes are canonical JSON (msgspec, dict keys sorted) of the event's type, tenant,
-run and session plus every payload field except ``signature``. The rest of the envelope (id,
-time, causation, trace) is stamped by the runtime after the handler returns and is not
-covered; what a grant allows, for which run and session, is. So a signed event cannot be moved
-to another run or session, re-typed, or edited.
+run, session and time plus every payload field except ``signature``. The rest of the envelope
+(id, causation, trace) is stamped by the runtime after the handler returns and is not covered;
+what a grant allows, for which run and session, and when it was given, is. So a signed event
+cannot be moved to another run or session, re-typed, back-dated or edited.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 def canonical_bytes(event: Event) -> bytes:
     payload = {f: getattr(event, f) for f in payload_fields(type(event)) if f != "signature"}
-    return _encoder.encode([event.type, event.tenant, event.run_id, event.session_id, payload])
+    return _encoder.encode(
+        [event.type, event.tenant, event.run_id, event.session_id, event.time, payload]
+    )
 
 
 def sign(event: E, keypair: nkeys.KeyPair) -> E:

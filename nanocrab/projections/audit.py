@@ -643,6 +643,13 @@ class _Fold:
 class AuditProjection:
     name = "audit"
     tables = (audit_invocations, audit_approvals, audit_violations, audit_revocations)
+    lazy_checkpoint_s = 1.0
+    gather_s = 0.1  # a run's calls land in a few transactions, not one per event
+
+    @staticmethod
+    def relevant(stored: Stored) -> bool:
+        """Only tool, grant, approval and security events change the audit."""
+        return isinstance(stored.event, _AUDITED)
 
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.*.run.>"

@@ -29,3 +29,18 @@ class Projection(Protocol):
     def subject_filter(self, subjects: Subjects) -> str: ...
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None: ...
+
+
+class SparseProjection(Projection, Protocol):
+    """A projection whose filter delivers many events it ignores (the audit reads every run
+    event for a handful of types). A batch with nothing ``relevant`` costs no transaction: the
+    projector only remembers the position, writing the checkpoint with the next relevant batch,
+    at most every ``lazy_checkpoint_s`` while idle, and on stop. Re-reading ignored events after
+    a crash is harmless. Nobody may wait on such a projection's checkpoint per event. Live, it
+    also ``gather_s`` events into one transaction instead of one per event (its rows lag the log
+    by that much)."""
+
+    lazy_checkpoint_s: float
+    gather_s: float
+
+    def relevant(self, stored: Stored) -> bool: ...

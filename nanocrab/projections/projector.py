@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -62,6 +63,8 @@ class Projector:
         self.idle_flush_s = idle_flush_s
         self.stall_s = stall_s
         self.position = 0
+        self._lazy_seq = 0  # a position not yet written (only ignored events since)
+        self._flushed_at = 0.0
         self._stopping = asyncio.Event()
         self._ready = False
 
@@ -83,6 +86,13 @@ class Projector:
 
     async def apply_batch(self, batch: Sequence[Stored]) -> int:
         """Apply what is new in ``batch`` and advance the checkpoint, in one transaction."""
+        relevant = getattr(self.projection, "relevant", None)
+        if relevant is not None and batch and not any(relevant(s) for s in batch):
+            self.position = max(self.position, batch[-1].seq)
+            self._lazy_seq = self.position
+            if time.monotonic() - self._flushed_at >= self.projection.lazy_checkpoint_s:  # type: ignore[attr-defined]
+                await self.flush_checkpoint()
+            return 0
         async with self.engine.begin() as conn:
             current = await _read_checkpoint(conn, self.name)
             fresh = [s for s in batch if s.seq > current]
@@ -92,7 +102,18 @@ class Projector:
             await self.projection.apply(conn, fresh)
             await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
         self.position = fresh[-1].seq
+        self._lazy_seq, self._flushed_at = 0, time.monotonic()
         return len(fresh)
+
+    async def flush_checkpoint(self) -> None:
+        """Persist a position reached through ignored events only (see SparseProjection)."""
+        seq, self._lazy_seq, self._flushed_at = self._lazy_seq, 0, time.monotonic()
+        if not seq:
+            return
+        async with self.engine.begin() as conn:
+            current = await _read_checkpoint(conn, self.name)
+            if seq > current:
+                await _write_checkpoint(conn, self.name, seq, existed=current > 0)
 
     async def behind(self) -> int:
         """How many events matching this projection's filter it has not applied yet."""
@@ -131,6 +152,8 @@ class Projector:
                     break
                 log.info("projector %s: re-subscribing after %r", self.name, exc)
                 await asyncio.sleep(0.25)
+        with contextlib.suppress(Exception):
+            await self.flush_checkpoint()
 
     async def catch_up(self, progress: Progress | None = None) -> int:
         """Apply everything up to the log's current end, then return the number applied.
@@ -191,6 +214,7 @@ class Projector:
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
                 await sub.unsubscribe()  # type: ignore[attr-defined]
+        await self.flush_checkpoint()
         if progress:
             progress(total, total)
         return applied
@@ -230,8 +254,14 @@ class Projector:
         reconnects = reconnects_of(self.log.nc)
         queue, sub = await self._subscribe()
         try:
+            gather_s = float(getattr(self.projection, "gather_s", 0.0))
             while not self._stopping.is_set() and reconnects.generation == generation:
                 batch = await queue.take(0.5)
+                if batch and gather_s:
+                    # live events arrive one by one; a sparse read model takes them in bunches
+                    await asyncio.sleep(gather_s)
+                    while queue.buf and len(batch) < self.catch_up_batch_size:
+                        batch += await queue.take(0) or []
                 if batch:
                     await self.apply_batch([to_stored(self.log, m, p) for m, p in batch])
         finally:

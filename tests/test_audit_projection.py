@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nanocrab.bus import EventLog
+from nanocrab.bus import EventLog, Window, read
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
@@ -415,3 +415,32 @@ async def test_rebuild_gives_identical_rows(log: EventLog, engine: AsyncEngine) 
     rebuilt = Projector(log, engine, AuditProjection(), batch_size=2, catch_up_batch_size=2)
     assert await rebuilt.rebuild() == len(events)
     assert await table_contents(engine) == once, "batch boundaries do not change the rows"
+
+
+async def test_events_the_audit_ignores_cost_no_transaction_but_the_position_is_kept(
+    log: EventLog, sqlite_engine: AsyncEngine
+) -> None:
+    from nanocrab.events import LlmRequested
+    from nanocrab.projections import checkpoints
+
+    async def stored_checkpoint() -> int:
+        async with sqlite_engine.connect() as conn:
+            rows = (await conn.execute(checkpoints.select())).mappings().all()
+        return next((int(r["stream_seq"]) for r in rows if r["name"] == "audit"), 0)
+
+    await log.append_batch([LlmRequested(turn=i, **env(i)) for i in range(20)])
+    last = await log.stream_last_seq()
+    projector = Projector(log, sqlite_engine, AuditProjection(), batch_size=5)
+    await projector.setup()
+    for start in range(0, 20, 5):  # what the live loop does, batch by batch
+        batch = [
+            s async for s in read(log, log.subjects.run("run-a"), Window(start + 1, start + 5))
+        ]
+        assert await projector.apply_batch(batch) == 0
+    assert projector.position == last
+    assert await stored_checkpoint() < last, "ignored events wrote nothing yet (lazy)"
+    await projector.flush_checkpoint()
+    assert await stored_checkpoint() == last
+    await log.append(requested("c1", 30))
+    assert await projector.catch_up() == 1  # the next relevant event is applied once
+    assert set(await by_call(sqlite_engine)) == {"c1"}

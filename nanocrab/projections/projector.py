@@ -78,6 +78,7 @@ class Projector:
         async with self.engine.begin() as conn:
             await conn.run_sync(metadata.create_all, tables=tables)
         self.position = await self.checkpoint()
+        self._flushed_at = time.monotonic()
         self._ready = True
 
     async def checkpoint(self) -> int:

@@ -65,6 +65,11 @@ ONE_TOOL_FLOW = [
 ]  # fmt: skip
 
 
+def after_the_end_removed(stored: list[Stored]) -> list[Stored]:
+    """The run's own flow: without the policy's revocations, which follow ``run.completed``."""
+    return [s for s in stored if s.event is None or s.event.type != "grant.revoked"]
+
+
 @dataclass
 class RequestRecord:
     run_id: str
@@ -403,7 +408,7 @@ async def breakdown(log: EventLog, run_ids: Sequence[str]) -> tuple[list[str], i
     typical = 0
     totals: list[float] = []
     for rid in run_ids:
-        stored = await read_run(log, rid)
+        stored = after_the_end_removed(await read_run(log, rid))
         types = [s.event.type for s in stored if s.event is not None]
         if types != ONE_TOOL_FLOW:
             continue

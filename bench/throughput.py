@@ -26,7 +26,14 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _agent import ONE_TOOL_FLOW, AgentBench, CpuMeter, agent_bench, calibration
+from _agent import (
+    ONE_TOOL_FLOW,
+    AgentBench,
+    CpuMeter,
+    after_the_end_removed,
+    agent_bench,
+    calibration,
+)
 from _common import machine, pct
 
 from nanocrab.bus import read_run
@@ -71,8 +78,8 @@ async def verify(bench: AgentBench, tasks: list) -> tuple[int, Counter[str]]:  #
     ok = 0
     odd: Counter[str] = Counter()
     for t in tasks:
-        types = [s.event.type if s.event else "<undecodable>" for s in await read_run(
-            bench.log, t.run_id or "")]  # fmt: skip
+        stored = after_the_end_removed(await read_run(bench.log, t.run_id or ""))
+        types = [s.event.type if s.event else "<undecodable>" for s in stored]
         if types == ONE_TOOL_FLOW:
             ok += 1
         else:

@@ -158,3 +158,18 @@ def test_nanocrab_run_on_a_terminal_asks_at_once(setup: tuple[Path, Path, Path])
     assert run.returncode == 0, text
     assert (workspace / "notes.txt").read_text() == "approved text"
     assert "approved by" in text and "for the session" in text
+
+
+def test_a_policy_file_with_an_object_tag_stops_the_run_with_a_clear_error(
+    setup: tuple[Path, Path, Path],
+) -> None:
+    home, workspace, script = setup
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "policy.yaml").write_text(
+        'version: 1\nrules:\n  - !!python/object/apply:os.system ["touch pwned"]\n'
+    )
+    result = cli(home, "run", "write the notes", "--workspace", str(workspace),
+                 env={"NANOCRAB_SCRIPT": str(script)})  # fmt: skip
+    assert result.returncode == 2
+    assert "policy error" in result.stderr and "policy.yaml:3" in result.stderr
+    assert not (home.parent / "pwned").exists() and not (workspace / "notes.txt").exists()

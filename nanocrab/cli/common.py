@@ -15,6 +15,8 @@ from nanocrab.bus.tracing import configure_tracing
 from nanocrab.cli.settings import Settings
 from nanocrab.events import EventError
 from nanocrab.llm.base import LlmConfigError
+from nanocrab.policy import PolicyError
+from nanocrab.security import SecurityError
 from nanocrab.skills import SkillError
 
 app = typer.Typer(
@@ -61,4 +63,10 @@ def run_async(coro: Any) -> Any:
         raise typer.Exit(1) from exc
     except (LlmConfigError, SkillError) as exc:
         err.print(f"[bold red]configuration error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    except PolicyError as exc:
+        err.print(f"[bold red]policy error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    except SecurityError as exc:
+        err.print(f"[bold red]security set-up error:[/] {exc}")
         raise typer.Exit(2) from exc

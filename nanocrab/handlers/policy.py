@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
+from nats.aio.msg import Msg
 
 from nanocrab.agents import enabled_tools
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
@@ -42,6 +43,7 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     Event,
+    EventDecodeError,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
@@ -405,11 +407,11 @@ class PolicyHandler:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
 
-    async def _on_decision(self, msg: object) -> None:
+    async def _on_decision(self, msg: Msg) -> None:
         try:
-            self.note(self.log.codec.decode(msg.data))  # type: ignore[attr-defined]
-        except Exception:
-            return
+            self.note(self.log.codec.decode(msg.data))
+        except EventDecodeError:
+            return  # a bad message is the runtimes' to dead-letter
 
     async def _expire_due(self, now: datetime | None = None) -> None:
         now = now or utcnow()

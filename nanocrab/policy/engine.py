@@ -9,7 +9,7 @@ Evaluation order (the first step that decides, decides):
    holds NUL, C0/C1 control, bidi or zero-width characters (commands may hold tabs and
    newlines); a URL must be http(s) without userinfo and with a canonical host; a command must
    parse and be free of substitution, expansion, assignment prefixes and indirection
-   (:func:`nanocrab.policy.matchers.parse_command`).
+   (:func:`nanocrab.policy.shell.parse_command`).
 3. **Resource**: path tools (read, write, edit, ls, glob, grep) → the real path of ``path``
    (ls/glob/grep default ``.``), joined to the workspace with ``..`` and symlinks followed (a
    path outside the workspace is still a resource: rules decide); ``exec`` → the command;
@@ -44,8 +44,6 @@ from nanocrab.policy.matchers import (
     PATH_TOOLS,
     URL_TOOLS,
     WALK_TOOLS,
-    ParsedCommand,
-    PathWord,
     Refused,
     check_text,
     check_tool_name,
@@ -54,11 +52,11 @@ from nanocrab.policy.matchers import (
     host_list,
     inside,
     inside_any,
-    parse_command,
     parse_url,
     resolve_path,
 )
 from nanocrab.policy.rules import Policy, Rule
+from nanocrab.policy.shell import ParsedCommand, PathWord, parse_command
 from nanocrab.tools.hosts import HostAllowList
 
 Access = Literal["read", "write", "execute", "network", "any"]

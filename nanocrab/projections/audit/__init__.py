@@ -1,0 +1,55 @@
+"""Audit: for every tool call, what was asked, what was granted, who approved, what ran, how it
+ended; every human approval; every refused forgery.
+
+Tables: ``audit_invocations`` (one row per ``call_id``), ``audit_approvals`` (one per
+``approval_id``), ``audit_violations`` (one per ``security.rejected``) and ``audit_revocations``
+(grant revocations, kept so a revocation that names only its grant still marks the call once
+the grant is seen).
+
+The events of one call may come in any order (a revocation before its grant, a completion for a
+call never requested). Rows therefore hold *facts* (times, ids, flags, the list of answers an
+approval received) and the derived columns — ``status``, ``approval_required``,
+``approval_result``, ``approver`` — are recomputed from those facts whenever a row is written.
+An event about an unknown call creates the row with what it says. Approvals: the first answer
+(granted, denied or expired) that no ``security.rejected`` refused wins; later ones change
+nothing.
+
+A batch is applied in three steps: load the rows it touches (by call, grant and approval id),
+fold its events into them in log order, then replace those rows (delete + insert by key). Plain
+Core statements, identical on SQLite and PostgreSQL; since the fold depends only on the log,
+a rebuild gives the same rows whatever the batch boundaries.
+"""
+
+from nanocrab.projections.audit.fold import AuditProjection
+from nanocrab.projections.audit.queries import (
+    ApprovalRow,
+    AuditRow,
+    ViolationRow,
+    approval_row,
+    audit_rows,
+    pending_approvals,
+    violations,
+)
+from nanocrab.projections.audit.tables import (
+    STATUSES,
+    audit_approvals,
+    audit_invocations,
+    audit_revocations,
+    audit_violations,
+)
+
+__all__ = [
+    "STATUSES",
+    "ApprovalRow",
+    "AuditProjection",
+    "AuditRow",
+    "ViolationRow",
+    "approval_row",
+    "audit_approvals",
+    "audit_invocations",
+    "audit_revocations",
+    "audit_rows",
+    "audit_violations",
+    "pending_approvals",
+    "violations",
+]

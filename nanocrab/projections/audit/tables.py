@@ -1,0 +1,142 @@
+"""The audit tables and what they keep."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    String,
+    Table,
+    Text,
+)
+
+from nanocrab.events import (
+    ApprovalDenied,
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalRequested,
+    GrantDenied,
+    GrantIssued,
+    GrantRevoked,
+    SecurityRejected,
+    ToolCompleted,
+    ToolRequested,
+    ToolSkipped,
+    ToolStarted,
+)
+from nanocrab.projections.db import metadata
+
+AuditStatus = Literal[
+    "requested", "awaiting_approval", "granted", "denied", "running", "completed", "failed",
+    "refused", "skipped", "revoked",
+]  # fmt: skip
+STATUSES: tuple[str, ...] = AuditStatus.__args__  # type: ignore[attr-defined]
+
+ERROR_CHARS = 500
+"""Tool error text kept per call (the full result stays in the log)."""
+ARGUMENT_STRING_CHARS = 1000
+"""Longer string arguments are cut (the JSON stays valid); the log keeps them whole."""
+
+audit_invocations = Table(
+    "audit_invocations",
+    metadata,
+    Column("call_id", String(128), primary_key=True),
+    Column("trace_id", String(32)),
+    Column("task_id", String(128)),
+    Column("run_id", String(128)),
+    Column("step_id", String(128)),
+    Column("session_id", String(128)),
+    Column("tool", String(128)),
+    Column("arguments", Text),  # JSON object, long strings cut
+    Column("requested_capabilities", Text, nullable=False),  # JSON [{tool, resource, access}]
+    Column("granted_capabilities", Text, nullable=False),  # JSON, as above
+    Column("tier", String(16)),
+    Column("rule", String(128)),
+    Column("grant_id", String(128)),
+    Column("grant_event_id", String(64)),  # the grant.issued believed; a rejected one is undone
+    Column("approval_required", Boolean, nullable=False),
+    Column("approval_id", String(128)),
+    Column("approval_result", String(16)),  # pending/granted/denied/expired/remembered
+    Column("approver", String(300)),  # "name [signer public key]"
+    Column("requested_at", DateTime(timezone=True), nullable=False),  # earliest event of the call
+    Column("start_at", DateTime(timezone=True)),  # first tool.started
+    Column("end_at", DateTime(timezone=True)),  # tool.completed
+    Column("status", String(24), nullable=False),
+    Column("error", Text),
+    Column("error_source", String(16)),  # tool, grant, approval, revoke, security
+    Column("error_kind", String(32)),  # ToolCompleted.error_kind
+    Column("outcome", String(16)),  # fact: completed/failed/refused/skipped (first wins)
+    Column("grant_denied", Boolean, nullable=False),  # fact: a grant.denied was seen
+    Column("remembered", Boolean, nullable=False),  # fact: granted from a session approval
+    Column("revoked", Boolean, nullable=False),
+    Index("ix_audit_invocations_run", "run_id", "requested_at"),
+    Index("ix_audit_invocations_time", "requested_at"),
+    Index("ix_audit_invocations_grant", "grant_id"),
+    Index("ix_audit_invocations_approval", "approval_id"),
+)
+
+audit_approvals = Table(
+    "audit_approvals",
+    metadata,
+    Column("approval_id", String(128), primary_key=True),
+    Column("run_id", String(128)),
+    Column("session_id", String(128)),
+    Column("call_id", String(128)),
+    Column("tool", String(128)),
+    Column("arguments", Text),
+    Column("tier", String(16)),
+    Column("rule", String(128)),
+    Column("reason", Text),
+    Column("binding_hash", String(128)),
+    Column("options", Text, nullable=False),  # JSON list: "once", "session"
+    Column("requested_at", DateTime(timezone=True)),  # null until approval.requested is seen
+    Column("expires_at", DateTime(timezone=True)),
+    Column("status", String(16), nullable=False),
+    Column("approver", String(200)),
+    Column("signer", String(128)),
+    Column("remember", String(16)),
+    Column("answered_at", DateTime(timezone=True)),
+    Column("answer_reason", Text),
+    Column("answers", Text, nullable=False),  # JSON: every answer in log order (facts)
+    Column("rejected", Text, nullable=False),  # JSON: ids of answers security.rejected refused
+    Index("ix_audit_approvals_status", "status", "expires_at"),
+)
+
+audit_violations = Table(
+    "audit_violations",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the security.rejected event's id
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("run_id", String(128)),
+    Column("session_id", String(128)),
+    Column("call_id", String(128)),
+    Column("approval_id", String(128)),
+    Column("rejected_type", String(64), nullable=False),
+    Column("rejected_id", String(64), nullable=False),
+    Column("signer", String(128)),
+    Column("reason", Text, nullable=False),
+    Column("source", String(128), nullable=False),  # the handler that refused
+    Index("ix_audit_violations_time", "time"),
+    Index("ix_audit_violations_run", "run_id"),
+)
+
+audit_revocations = Table(
+    "audit_revocations",
+    metadata,
+    Column("grant_id", String(128), primary_key=True),
+    Column("call_id", String(128)),
+    Column("reason", Text, nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+)
+
+_AUDITED = (
+    ToolRequested, GrantIssued, GrantDenied, GrantRevoked, ToolStarted, ToolCompleted, ToolSkipped,
+    ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired, SecurityRejected,
+)  # fmt: skip
+
+_ERROR_RANK = {"security": 0, "revoke": 1, "approval": 2, "grant": 3, "tool": 4}
+"""Which explanation a call's ``error`` shows when several apply: the most decisive one."""

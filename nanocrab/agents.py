@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ALL_HOST_TOOLS = ("read", "write", "edit", "ls", "glob", "grep", "exec", "web_fetch")
+ALL_HOST_TOOLS = ("read", "write", "edit", "ls", "glob", "grep", "exec", "web_fetch", "python")
 
 
 class AgentProfile(BaseModel):

@@ -215,7 +215,9 @@ def test_large_catalogues_list_only_names() -> None:
 def test_default_tools_cover_the_host_tools_profiles_name() -> None:
     registry = ToolRegistry(default_tools(web_allow=["example.com"]))
     assert sorted(registry.names()) == sorted(ALL_HOST_TOOLS)
-    assert registry.names() == ["edit", "glob", "grep", "ls", "read", "write", "exec", "web_fetch"]
+    assert registry.names() == [
+        "edit", "glob", "grep", "ls", "read", "write", "python", "exec", "web_fetch",
+    ]  # fmt: skip
     for spec in registry.specs():
         assert spec.input_schema["type"] == "object"
         for prop in spec.input_schema["properties"].values():

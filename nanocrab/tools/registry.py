@@ -15,6 +15,7 @@ from nanocrab.tools.edit import EditTool
 from nanocrab.tools.globbing import GlobTool
 from nanocrab.tools.grep import GrepTool
 from nanocrab.tools.listing import LsTool
+from nanocrab.tools.python import PythonTool
 from nanocrab.tools.read import ReadTool
 from nanocrab.tools.shell import ExecTool
 from nanocrab.tools.web import WebFetchTool
@@ -127,10 +128,11 @@ class ToolRegistry:
 
 
 def default_tools(*, web_allow: Sequence[str] = ()) -> list[Tool]:
-    """The host tools with their default limits; ``web_fetch`` reaches only ``web_allow``."""
+    """The host tools with their default limits; ``web_fetch`` reaches only ``web_allow``;
+    ``python`` runs in the WebAssembly sandbox (compiled interpreter cached per user)."""
     return [
         ReadTool(), WriteTool(), EditTool(), LsTool(), GlobTool(), GrepTool(), ExecTool(),
-        WebFetchTool(web_allow),
+        WebFetchTool(web_allow), PythonTool(),
     ]  # fmt: skip
 
 

@@ -31,6 +31,7 @@ from nanocrab.projections import session_history
 from nanocrab.security import KeyRing, verify
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
+from nanocrab.tools.base import Tool
 
 FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=5.0, backoff_s=(0.1, 0.2), max_deliver=4)
 
@@ -51,9 +52,9 @@ OPEN_POLICY = Policy.from_mapping(
 )  # fmt: skip
 
 
-def registry() -> ToolRegistry:
+def registry(*extra: Tool) -> ToolRegistry:
     skills = SkillLibrary.discover([bundled_skills_dir()])
-    return ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool()])
+    return ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool(), *extra])
 
 
 def agent_reactors(

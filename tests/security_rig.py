@@ -8,7 +8,7 @@ reaches the policy and the executor; the audit projection runs alongside.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,11 +35,12 @@ from nanocrab.events import (
     new_event_id,
 )
 from nanocrab.handlers.executor import Executor
-from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.policy import PermissionLookup, PolicyHandler, trusted_approvers
 from nanocrab.policy import Policy
 from nanocrab.projections import AuditProjection, AuditRow, audit_rows
 from nanocrab.security import KeyRing, sign
 from nanocrab.tools import LocalOperations
+from nanocrab.tools.base import Tool
 from tests.agent_fixtures import FAST, registry
 from tests.conftest import eventually
 
@@ -166,15 +167,22 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def security_rig(
-    log: EventLog, engine: AsyncEngine, tmp_path: Path, policy: Policy
+    log: EventLog,
+    engine: AsyncEngine,
+    tmp_path: Path,
+    policy: Policy,
+    *,
+    tools: Sequence[Tool] = (),
+    capability_permissions: PermissionLookup | None = None,
 ) -> AsyncIterator[Rig]:
     workspace = (tmp_path / "ws").resolve()
     workspace.mkdir(exist_ok=True)
     keys = KeyRing(tmp_path / "keys")
-    reg = registry()
+    reg = registry(*tools)
     handler = PolicyHandler(
         log, policy=policy, keys=keys, known_tools=frozenset(reg.names()),
         default_workspace=workspace, watch_interval_s=0.05,
+        capability_permissions=capability_permissions,
     )  # fmt: skip
     executor = Executor(
         log, registry=reg, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),

@@ -371,7 +371,7 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
         provider=ScriptedProvider.from_text(SPAWN), log_for=logs,
     )  # fmt: skip
     assert {r.name: r.log for r in reactors} == {n: logs(n) for n in ("orchestrator", "policy",
-                                                                      "executor", "llm")}  # type: ignore[attr-defined]  # fmt: skip
+                                                                      "executor", "llm", "capgen")}  # type: ignore[attr-defined]  # fmt: skip
     host = Host(cli, sqlite_engine, reactors, options=FAST, log_for=logs)
     await host.start()
     try:

@@ -28,8 +28,9 @@ LLM: Final = "llm"
 PROJECTOR: Final = "projector"
 CLI: Final = "cli"
 APPROVER: Final = "approver"
+CAPGEN: Final = "capgen"
 
-HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM)
+HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN)
 """One per reactor of the agent loop; a reactor's ``name`` is its identity."""
 RUNTIME_IDENTITIES: Final = (*HANDLER_IDENTITIES, PROJECTOR)
 """What a process running the agent loop (``nanocrab up``, ``run`` in-process) connects as."""
@@ -51,10 +52,18 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
         "grant.*", "approval.requested", "approval.expired", "security.rejected", *_DEAD_LETTERS,
     ),
     EXECUTOR: (
-        "tool.started", "tool.output", "tool.completed", "security.rejected", *_DEAD_LETTERS,
+        "tool.started", "tool.output", "tool.completed", "security.rejected",
+        # the ``capability`` tool's runs, for the registry's statistics (handlers/executor.py)
+        "capability.invoked", *_DEAD_LETTERS,
+    ),
+    CAPGEN: (
+        "capability.generated", "capability.tested", "capability.registered", *_DEAD_LETTERS,
     ),
     PROJECTOR: (),
-    CLI: ("task.submitted", "message.queued", "run.cancelled"),
+    CLI: (
+        "task.submitted", "message.queued", "run.cancelled", "capability.requested",
+        "capability.enabled", "capability.disabled", "capability.removed", "capability.invoked",
+    ),
     APPROVER: ("approval.granted", "approval.denied"),
 }  # fmt: skip
 """Event type patterns (``family.name`` or ``family.*``) each identity may append, on the log
@@ -66,8 +75,9 @@ WHY: Final[Mapping[str, str]] = {
     LLM: "calls the model and reports its answers, deltas and failures",
     POLICY: "the only one that issues grants and asks for approvals",
     EXECUTOR: "runs granted tools and stores their large outputs as artifacts",
+    CAPGEN: "generates capabilities, tests them in the sandbox and registers passing versions",
     PROJECTOR: "builds read models; publishes nothing",
-    CLI: "people submitting work, steering and cancelling runs",
+    CLI: "people submitting work, steering and cancelling runs, managing capabilities",
     APPROVER: "approval front ends (`nanocrab approve/deny`, the prompt in `nanocrab run`)",
 }
 
@@ -163,6 +173,7 @@ def auth_config(public_keys: Mapping[str, str], cfg: BusConfig) -> str:
 __all__ = [
     "ADMIN",
     "APPROVER",
+    "CAPGEN",
     "CLI",
     "EXECUTOR",
     "HANDLER_IDENTITIES",

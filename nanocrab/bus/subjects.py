@@ -69,6 +69,11 @@ class Subjects:
         t = tenant if tenant == "*" else sanitize_token(tenant)
         return f"{self.root}.{t}.session.{sanitize_token(session_id)}.>"
 
+    def capability(self, name: str, *, tenant: str = "*") -> str:
+        """Every event of one capability's lifecycle (requests, versions, invocations)."""
+        t = tenant if tenant == "*" else sanitize_token(tenant)
+        return f"{self.root}.{t}.capability.{sanitize_token(name)}.>"
+
     def of_type(self, pattern: str, *, tenant: str = "*") -> str:
         """Events whose type matches ``pattern`` (``task.submitted``, ``run.*``, ``tool``)."""
         t = tenant if tenant == "*" else sanitize_token(tenant)

@@ -3,6 +3,7 @@
 from nanocrab.cli import agent as _agent  # noqa: F401  (registers the agent commands)
 from nanocrab.cli import approve as _approve  # noqa: F401
 from nanocrab.cli import audit as _audit  # noqa: F401
+from nanocrab.cli import capabilities as _capabilities  # noqa: F401
 from nanocrab.cli import security as _security  # noqa: F401
 from nanocrab.cli.app import app
 

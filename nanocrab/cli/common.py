@@ -26,6 +26,11 @@ app = typer.Typer(
 )
 projections_app = typer.Typer(help="Read models built from the log.", no_args_is_help=True)
 app.add_typer(projections_app, name="projections")
+capabilities_app = typer.Typer(
+    help="AI-generated capabilities: generate, list, show, enable, disable, remove, invoke.",
+    no_args_is_help=True,
+)
+app.add_typer(capabilities_app, name="capabilities")
 
 console = Console()
 err = Console(stderr=True)

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nanocrab import demo
 from nanocrab.bus import EventLog, Reactor
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.settings import Settings
+from nanocrab.handlers.capgen import CapgenHandler
 from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
-from nanocrab.llm import AnthropicProvider, ScriptedProvider
+from nanocrab.llm import CAPGEN_SCRIPT, AnthropicProvider, ScriptedProvider
 from nanocrab.llm.base import Message, Provider
 from nanocrab.policy import Policy, load_policy
-from nanocrab.projections import session_history
+from nanocrab.projections import capability, list_capabilities, session_history
+from nanocrab.sandbox import Sandbox
 from nanocrab.security import KeyRing, verify
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
+from nanocrab.tools.capability import CapabilityTool, EnabledCapability
 
 
 def make_provider(settings: Settings) -> Provider:
@@ -30,6 +35,73 @@ def make_provider(settings: Settings) -> Provider:
         options = {"model": settings.model} if settings.model else {}
         return AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value(), **options)
     return ScriptedProvider.from_yaml(settings.script)
+
+
+def make_capgen_provider(settings: Settings) -> Provider:
+    """The model that writes capabilities: Claude with an API key; offline, the user's
+    ``NANOCRAB_SCRIPT`` if set, else the bundled capability script (the demo script answers
+    agent tasks, not code requests)."""
+    if settings.provider == "scripted" and settings.script.resolve() == demo.SCRIPT.resolve():
+        return ScriptedProvider.from_yaml(CAPGEN_SCRIPT)
+    return make_provider(settings)
+
+
+def sandbox_for(settings: Settings) -> Sandbox:
+    """The WASM sandbox, its compiled interpreter cached under ``<home>/sandbox``."""
+    return Sandbox(cache_dir=settings.home / "sandbox")
+
+
+def release_sandbox() -> None:
+    """Call before a command that ran the sandbox exits: collects its last runs, since a
+    wasmtime store freed during interpreter shutdown (kept alive by a trap's traceback cycle)
+    aborts the process."""
+    gc.collect()
+
+
+class CapabilityCatalogue:
+    """The enabled capabilities as the ``capability`` tool and the policy see them: read from
+    the registry projection (so ``enable``/``disable`` apply to the next call)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def lookup(self, name: str) -> EnabledCapability | None:
+        detail = await capability(self.engine, name)
+        if detail is None or not detail.row.enabled or detail.row.removed:
+            return None
+        row = detail.row
+        code = next((v.code for v in detail.versions if v.version == row.version), None)
+        if code is None:
+            return None
+        return EnabledCapability(
+            name=row.name, version=row.version, description=row.description, entry=row.entry,
+            parameters=row.parameters, permissions=tuple(row.permissions), source=code,
+        )  # fmt: skip
+
+    async def enabled(self) -> list[EnabledCapability]:
+        rows = await list_capabilities(self.engine)
+        found = [await self.lookup(r.name) for r in rows if r.enabled and not r.removed]
+        return [c for c in found if c is not None]
+
+    async def permissions(self, name: str) -> tuple[str, ...] | None:
+        cap = await self.lookup(name)
+        return None if cap is None else cap.permissions
+
+
+def build_capgen(
+    log: EventLog,
+    settings: Settings,
+    *,
+    provider: Provider | None = None,
+    sandbox: Sandbox | None = None,
+) -> CapgenHandler:
+    """The capability generator (``log`` is its own: identity ``capgen``)."""
+    return CapgenHandler(
+        log,
+        provider=provider or make_capgen_provider(settings),
+        sandbox=sandbox or sandbox_for(settings),
+        model=settings.model,
+    )
 
 
 def build_reactors(
@@ -41,18 +113,28 @@ def build_reactors(
     provider: Provider | None = None,
     policy: Policy | None = None,
     log_for: Callable[[str], EventLog] | None = None,
+    capgen_provider: Provider | None = None,
 ) -> list[Reactor]:
-    """The agent loop: orchestrator, policy, executor, LLM handler. ``policy`` defaults to the
-    settings' policy file (or the bundled default). ``log_for(name)`` is each reactor's log (its
-    own NATS identity under broker permissions); without it every reactor appends with ``log``."""
+    """The agent loop — orchestrator, policy, executor, LLM handler — and the capability
+    generator. ``policy`` defaults to the settings' policy file (or the bundled default).
+    ``provider`` is the agent's model; ``capgen_provider`` the generator's (default:
+    :func:`make_capgen_provider`). ``log_for(name)`` is each reactor's log (its own NATS
+    identity under broker permissions); without it every reactor appends with ``log``."""
     logs = log_for or (lambda _name: log)
     workspace = default_workspace or (settings.home / "workspace")
     workspace.mkdir(parents=True, exist_ok=True)
     skills = SkillLibrary.discover(
         default_skill_dirs(workspace=None, user_dir=settings.user_skills)
     )
+    sandbox = sandbox_for(settings)  # one per process: the python tool, capabilities, capgen
+    capabilities = CapabilityCatalogue(engine)
     registry = ToolRegistry(
-        [*default_tools(web_allow=settings.web_allow), SkillTool(skills), SpawnTool()]
+        [
+            *default_tools(web_allow=settings.web_allow, sandbox=sandbox),
+            SkillTool(skills),
+            SpawnTool(),
+            CapabilityTool(sandbox, lookup=capabilities.lookup, catalogue=capabilities.enabled),
+        ]
     )
 
     async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
@@ -75,6 +157,7 @@ def build_reactors(
             keys=keys,
             known_tools=frozenset(registry.names()),
             default_workspace=workspace,
+            capability_permissions=capabilities.permissions,
         ),
         Executor(
             logs("executor"),
@@ -94,4 +177,5 @@ def build_reactors(
             skills=skills,
             history=history,
         ),
+        build_capgen(logs("capgen"), settings, provider=capgen_provider, sandbox=sandbox),
     ]

@@ -4,6 +4,21 @@ This package imports nothing else of nanocrab; every other layer speaks in these
 """
 
 from nanocrab.events.base import ENVELOPE_FIELDS, Event, SubjectKind
+from nanocrab.events.capabilities import (
+    MAX_SOURCE_BYTES,
+    CapabilityDisabled,
+    CapabilityEnabled,
+    CapabilityFinding,
+    CapabilityGenerated,
+    CapabilityInvoked,
+    CapabilityRegistered,
+    CapabilityRemoved,
+    CapabilityRequested,
+    CapabilityTested,
+    CapabilityTestResult,
+    SafetyLevel,
+    SandboxOutcome,
+)
 from nanocrab.events.codec import DEFAULT_MAX_EVENT_BYTES, Codec
 from nanocrab.events.errors import DecodeErrorKind, EventDecodeError, EventError, UpcastError
 from nanocrab.events.ids import derive_event_id, new_event_id, utcnow
@@ -54,6 +69,7 @@ from nanocrab.events.system import (
     SkillRolledBack,
 )
 from nanocrab.events.tool_details import (
+    CapabilityDetails,
     EditDetails,
     ExecDetails,
     GlobDetails,
@@ -67,13 +83,6 @@ from nanocrab.events.tool_details import (
     WriteDetails,
 )
 from nanocrab.events.tools import (
-    CapabilityDisabled,
-    CapabilityEnabled,
-    CapabilityGenerated,
-    CapabilityRegistered,
-    CapabilityRemoved,
-    CapabilityRequested,
-    CapabilityTested,
     ToolCompleted,
     ToolErrorKind,
     ToolOutput,
@@ -97,6 +106,7 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "ENVELOPE_FIELDS",
     "EVENT_TYPES",
+    "MAX_SOURCE_BYTES",
     "AnyEvent",
     "ApprovalDenied",
     "ApprovalExpired",
@@ -106,12 +116,16 @@ __all__ = [
     "BusDeadLettered",
     "BusMalformed",
     "Capability",
+    "CapabilityDetails",
     "CapabilityDisabled",
     "CapabilityEnabled",
+    "CapabilityFinding",
     "CapabilityGenerated",
+    "CapabilityInvoked",
     "CapabilityRegistered",
     "CapabilityRemoved",
     "CapabilityRequested",
+    "CapabilityTestResult",
     "CapabilityTested",
     "Codec",
     "ContentBlock",
@@ -147,6 +161,8 @@ __all__ = [
     "RunCompleted",
     "RunFailed",
     "RunStarted",
+    "SafetyLevel",
+    "SandboxOutcome",
     "SecurityRejected",
     "SessionArchived",
     "SkillActivated",

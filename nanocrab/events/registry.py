@@ -7,6 +7,16 @@ from typing import Final
 import msgspec
 
 from nanocrab.events.base import ENVELOPE_FIELDS, Event
+from nanocrab.events.capabilities import (
+    CapabilityDisabled,
+    CapabilityEnabled,
+    CapabilityGenerated,
+    CapabilityInvoked,
+    CapabilityRegistered,
+    CapabilityRemoved,
+    CapabilityRequested,
+    CapabilityTested,
+)
 from nanocrab.events.llm import ContextCompacted, LlmDelta, LlmFailed, LlmRequested, LlmResponded
 from nanocrab.events.runs import (
     GuardrailEvaluated,
@@ -45,13 +55,6 @@ from nanocrab.events.system import (
     SkillRolledBack,
 )
 from nanocrab.events.tools import (
-    CapabilityDisabled,
-    CapabilityEnabled,
-    CapabilityGenerated,
-    CapabilityRegistered,
-    CapabilityRemoved,
-    CapabilityRequested,
-    CapabilityTested,
     ToolCompleted,
     ToolOutput,
     ToolRequested,
@@ -65,7 +68,7 @@ AnyEvent = (
     | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
-    | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved
+    | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved | CapabilityInvoked
     | GrantIssued | GrantDenied | GrantRevoked | SecurityRejected
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from nanocrab.events.capabilities import SandboxOutcome
+
 
 class ReadDetails(msgspec.Struct, frozen=True, tag="read", kw_only=True):
     path: str
@@ -78,7 +80,21 @@ class SpawnDetails(msgspec.Struct, frozen=True, tag="spawn", kw_only=True):
     steps: int = 0
 
 
+class CapabilityDetails(msgspec.Struct, frozen=True, tag="capability", kw_only=True):
+    """One run of a generated capability in the sandbox (the executor also records it as
+    ``capability.invoked`` for the registry's statistics)."""
+
+    name: str
+    version: str
+    ok: bool
+    outcome: SandboxOutcome
+    duration_ms: float = 0.0
+    peak_memory_bytes: int = 0
+    fuel_used: int = 0
+    error: str | None = None
+
+
 ToolDetails = (
     ReadDetails | WriteDetails | EditDetails | LsDetails | GlobDetails | GrepDetails
-    | ExecDetails | WebFetchDetails | SkillDetails | SpawnDetails
+    | ExecDetails | WebFetchDetails | SkillDetails | SpawnDetails | CapabilityDetails
 )  # fmt: skip

@@ -1,10 +1,10 @@
-"""Tool calls and AI-generated capabilities."""
+"""Tool calls (the capability lifecycle is in :mod:`nanocrab.events.capabilities`)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from nanocrab.events.base import Event, SubjectKind
+from nanocrab.events.base import Event
 from nanocrab.events.tool_details import ToolDetails
 from nanocrab.events.values import ArtifactRef, Capability, ContentBlock
 
@@ -58,44 +58,3 @@ class ToolSkipped(Event, frozen=True, tag="tool.skipped"):
     call_id: str
     tool: str
     reason: Literal["steered", "cancelled", "max_steps"]
-
-
-class _CapabilityEvent(Event, frozen=True):
-    subject_kind: ClassVar[SubjectKind] = "capability"
-
-    name: str
-
-    def subject_id(self) -> str:
-        return self.name
-
-
-class CapabilityRequested(_CapabilityEvent, frozen=True, tag="capability.requested"):
-    guidance: str
-
-
-class CapabilityGenerated(_CapabilityEvent, frozen=True, tag="capability.generated"):
-    version: str
-    code: ArtifactRef
-
-
-class CapabilityTested(_CapabilityEvent, frozen=True, tag="capability.tested"):
-    version: str
-    passed: bool
-    report: str = ""
-
-
-class CapabilityRegistered(_CapabilityEvent, frozen=True, tag="capability.registered"):
-    version: str
-
-
-class CapabilityEnabled(_CapabilityEvent, frozen=True, tag="capability.enabled"):
-    version: str
-
-
-class CapabilityDisabled(_CapabilityEvent, frozen=True, tag="capability.disabled"):
-    version: str
-    reason: str = ""
-
-
-class CapabilityRemoved(_CapabilityEvent, frozen=True, tag="capability.removed"):
-    reason: str = ""

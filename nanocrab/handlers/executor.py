@@ -35,6 +35,8 @@ from nats.aio.msg import Msg
 from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.events import (
     ApprovalGranted,
+    CapabilityDetails,
+    CapabilityInvoked,
     Event,
     EventDecodeError,
     GrantIssued,
@@ -250,7 +252,16 @@ class Executor:
             artifacts=list(result.artifacts),
             duration_ms=(time.perf_counter() - started) * 1000,
         )
-        return [await self._fit(completed)]
+        out: list[Event] = [await self._fit(completed)]
+        if isinstance(result.details, CapabilityDetails):
+            d = result.details  # the registry's statistics come from this record
+            invoked = CapabilityInvoked(
+                name=d.name, version=d.version, ok=d.ok, outcome=d.outcome,
+                duration_ms=d.duration_ms, peak_memory_bytes=d.peak_memory_bytes,
+                fuel_used=d.fuel_used, error=d.error,
+            )  # fmt: skip
+            out.append(invoked)
+        return out
 
     async def _fit(self, completed: ToolCompleted) -> ToolCompleted:
         """A result too large for one event keeps a preview; the full text becomes an artifact."""

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,6 +65,9 @@ from nanocrab.security import KeyRing, binding_hash, sign, verify
 logger = logging.getLogger(__name__)
 
 SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
+PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
+CAPABILITY_TOOL = "capability"
+_TIERS = ("safe", "guarded", "unsafe", "deny")
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
 
 
@@ -104,13 +108,18 @@ class PolicyHandler:
         known_tools: frozenset[str],
         default_workspace: Path,
         watch_interval_s: float = 0.25,
+        capability_permissions: PermissionLookup | None = None,
     ) -> None:
+        """``capability_permissions`` says what an enabled capability declared (``None`` for
+        one that is unknown, disabled or removed); without it the ``capability`` tool can only
+        list them."""
         self.log = log
         self.policy = policy
         self.keypair = keys.keypair("policy")
         self.approvers = trusted_approvers(policy, keys)
         self.known_tools = known_tools
         self.default_workspace = default_workspace
+        self.capability_permissions = capability_permissions
         self.watch_interval_s = watch_interval_s
         self.loader = RunLoader(log)
         self.grant_ttl = timedelta(seconds=policy.grant_ttl)
@@ -153,6 +162,8 @@ class PolicyHandler:
             ),
             budget=state.task.capabilities,
         )
+        if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
+            decision = await self._capability_tier(event, decision)
         if decision.tier == "deny":
             return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
         allowed = enabled_tools(state.task.agent, state.task.tools)
@@ -196,6 +207,29 @@ class PolicyHandler:
                 run_id=state.run_id,
             )
         ]
+
+    async def _capability_tier(self, event: ToolRequested, decision: Decision) -> Decision:
+        """The rules allow the tool; the capability's declared permissions may raise the tier
+        (never lower it): writing → Guarded, network → Unsafe."""
+        name = event.arguments.get("name")
+        if name == "list":
+            return decision
+        permissions = (
+            await self.capability_permissions(name)
+            if isinstance(name, str) and self.capability_permissions is not None
+            else None
+        )
+        if permissions is None:
+            return dataclasses.replace(
+                decision,
+                tier="deny",
+                reason=f"no enabled capability {name!r} (`nanocrab capabilities list`)",
+            )
+        tier = max(decision.tier, tier_for(permissions), key=_TIERS.index)
+        if tier == decision.tier:
+            return decision
+        why = f"capability {name!r} declares {', '.join(permissions)}"
+        return dataclasses.replace(decision, tier=tier, reason=f"{decision.reason}; {why}")
 
     def _grant(
         self,
@@ -441,6 +475,16 @@ class PolicyHandler:
                 continue
             if stored:
                 self.open.pop(approval_id, None)
+
+
+def tier_for(permissions: Sequence[str]) -> str:
+    """The least tier a capability's declared permissions call for: reading is Safe, writing
+    asks a person (Guarded), the network every time (Unsafe)."""
+    if "net" in permissions:
+        return "unsafe"
+    if "fs.write" in permissions:
+        return "guarded"
+    return "safe"
 
 
 def _deny(

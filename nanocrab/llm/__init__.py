@@ -30,9 +30,15 @@ from nanocrab.llm.pricing import Price, cost_usd, price_for
 from nanocrab.llm.replay import ReplayProvider
 from nanocrab.llm.scripted import Script, ScriptedProvider
 
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+CAPGEN_SCRIPT = SCRIPTS_DIR / "capgen.yaml"
+"""The offline model's answers for capability generation (``nanocrab capabilities generate``)."""
+
 __all__ = [
+    "CAPGEN_SCRIPT",
     "DEFAULT_MODEL",
     "PROVIDERS",
+    "SCRIPTS_DIR",
     "AnthropicProvider",
     "DeltaSink",
     "LlmConfigError",

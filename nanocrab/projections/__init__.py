@@ -17,6 +17,16 @@ from nanocrab.projections.audit import (
     violations,
 )
 from nanocrab.projections.base import Projection, ProjectionError
+from nanocrab.projections.capabilities import (
+    CapabilitiesProjection,
+    CapabilityDetail,
+    CapabilityRow,
+    CapabilityStats,
+    VersionRow,
+    capability,
+    capability_stats,
+    list_capabilities,
+)
 from nanocrab.projections.db import checkpoints, default_url, make_engine, metadata
 from nanocrab.projections.deadletters import (
     DeadLettersProjection,
@@ -38,6 +48,7 @@ def all_projections() -> list[Projection]:
     """Every read model this version ships, in rebuild order."""
     return [
         RunTimelineProjection(), DeadLettersProjection(), SessionsProjection(), AuditProjection(),
+        CapabilitiesProjection(),
     ]  # fmt: skip
 
 
@@ -68,6 +79,10 @@ __all__ = [
     "ApprovalRow",
     "AuditProjection",
     "AuditRow",
+    "CapabilitiesProjection",
+    "CapabilityDetail",
+    "CapabilityRow",
+    "CapabilityStats",
     "DeadLettersProjection",
     "Projection",
     "ProjectionError",
@@ -75,14 +90,18 @@ __all__ = [
     "RunTimelineProjection",
     "SessionsProjection",
     "TimelineRow",
+    "VersionRow",
     "ViolationRow",
     "all_projections",
     "approval_row",
     "audit_rows",
+    "capability",
+    "capability_stats",
     "catch_up_projection",
     "checkpoints",
     "dead_letters",
     "default_url",
+    "list_capabilities",
     "list_dead_letters",
     "make_engine",
     "metadata",

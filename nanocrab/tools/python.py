@@ -75,10 +75,12 @@ class PythonTool:
         *,
         limits: Limits = TOOL_LIMITS,
         writable_workspace: bool = False,
+        sandbox: Sandbox | None = None,
     ) -> None:
+        """``sandbox``: one shared by the process (every call passes its own limits)."""
         self.limits = limits
         self.writable_workspace = writable_workspace
-        self.sandbox = Sandbox(cache_dir or default_cache_dir(), limits=limits)
+        self.sandbox = sandbox or Sandbox(cache_dir or default_cache_dir(), limits=limits)
 
     async def run(self, args: PythonArgs, ctx: ToolContext) -> ToolResult:
         timeout_s = min(args.timeout_s or self.limits.timeout_s, ctx.timeout_s, MAX_TIMEOUT_S)

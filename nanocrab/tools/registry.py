@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nanocrab.llm.base import ToolSpec
+from nanocrab.sandbox import Sandbox
 from nanocrab.tools.base import Tool, ToolContext, ToolError, ToolResult
 from nanocrab.tools.edit import EditTool
 from nanocrab.tools.globbing import GlobTool
@@ -127,12 +128,12 @@ class ToolRegistry:
         return [self._tools[n] for n in self._order if n in wanted]
 
 
-def default_tools(*, web_allow: Sequence[str] = ()) -> list[Tool]:
+def default_tools(*, web_allow: Sequence[str] = (), sandbox: Sandbox | None = None) -> list[Tool]:
     """The host tools with their default limits; ``web_fetch`` reaches only ``web_allow``;
     ``python`` runs in the WebAssembly sandbox (compiled interpreter cached per user)."""
     return [
         ReadTool(), WriteTool(), EditTool(), LsTool(), GlobTool(), GrepTool(), ExecTool(),
-        WebFetchTool(web_allow), PythonTool(),
+        WebFetchTool(web_allow), PythonTool(sandbox=sandbox),
     ]  # fmt: skip
 
 

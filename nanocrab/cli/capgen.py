@@ -1,0 +1,138 @@
+"""``nanocrab capabilities generate`` (registered by :mod:`nanocrab.cli.capabilities`): ask for
+a capability and follow its generation live.
+
+Publishes ``capability.requested`` as ``cli`` and shows every attempt of the ``capgen`` handler
+(code generated, findings, test results) until a version is registered or the attempts are
+spent. Hosts the handler in-process when no ``nanocrab up`` serves the data directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated
+
+import typer
+
+from nanocrab.bus import EventLog, Window, read
+from nanocrab.bus.permissions import CAPGEN, PROJECTOR
+from nanocrab.cli.capabilities_render import example_args, progress_lines
+from nanocrab.cli.common import (
+    JsonOpt,
+    console,
+    err,
+    run_async,
+    settings_or_exit,
+    setup,
+)
+from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
+from nanocrab.cli.render import print_json, stored_json
+from nanocrab.cli.settings import Settings
+from nanocrab.cli.wiring import build_capgen, release_sandbox
+from nanocrab.events import CapabilityRegistered, CapabilityRequested, CapabilityTested, Event
+from nanocrab.projections import CapabilitiesProjection
+
+
+def generate(
+    guidance: Annotated[str, typer.Argument(help="What the capability should do, in words.")],
+    name: Annotated[
+        str, typer.Option(help="Its name (snake_case); default: the model chooses.")
+    ] = "",
+    attempts: Annotated[
+        int, typer.Option(min=1, max=10, help="Generation attempts before giving up.")
+    ] = 3,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the outcome.")] = 600.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Have the model write a capability, scan it, test it in the sandbox and register it.
+
+    Shows every attempt live: the code generated, the scanner's findings, each test's result,
+    and finally the registered version, its content hash and safety level. Exits 1 when no
+    attempt passed. Uses Claude when ANTHROPIC_API_KEY is set, else the offline model (which
+    knows how to write a word counter)."""
+    if not guidance.strip():
+        err.print("[red]the guidance is empty[/]; say what the capability should do, in quotes")
+        raise typer.Exit(2)
+    if name and not re.fullmatch(r"[a-z][a-z0-9_]{1,47}", name):
+        err.print(
+            f"[red]--name {name!r} is not a capability name[/]: use 2-48 lowercase letters, "
+            "digits and underscores, starting with a letter, e.g. word_count"
+        )
+        raise typer.Exit(2)
+    settings = settings_or_exit()
+    setup(settings, "nanocrab-capabilities")
+    request = CapabilityRequested(
+        name=name, guidance=guidance, max_attempts=attempts, requested_by=settings.user
+    )
+    code = run_async(_generate(settings, request, timeout, json_))
+    release_sandbox()
+    raise typer.Exit(code)
+
+
+async def _generate(
+    settings: Settings, request: CapabilityRequested, wait_s: float, json_: bool
+) -> int:
+    async with bus_connector(settings.bus(), sync=settings.sync) as bus:
+        log, engine = bus.log, engine_for(settings.db_url)
+        host: Host | None = None
+        if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
+            logs = await bus.connector.open_all([CAPGEN, PROJECTOR])
+            host = Host(
+                log, engine, [build_capgen(logs(CAPGEN), settings)],
+                projections=[CapabilitiesProjection()], log_for=logs,
+            )  # fmt: skip
+            await host.start()
+        try:
+            return await _follow(log, request, wait_s, json_)
+        finally:
+            if host is not None:
+                await host.stop()
+            await engine.dispose()
+
+
+async def _follow(log: EventLog, request: CapabilityRequested, wait_s: float, json_: bool) -> int:
+    appended = await log.append(request)
+    if not json_:
+        console.print(f"[dim]asked for a capability ({appended.event_id}); generating…[/]")
+    outcome: Event | None = None
+
+    async def watch() -> None:
+        nonlocal outcome
+        window = Window(start_seq=appended.seq)
+        async for s in read(log, log.subjects.of_type("capability.*"), window, follow=True):
+            e = s.event
+            if e is None or (e.id != request.id and e.causation_id != request.id):
+                continue
+            if json_:
+                print_json(console, stored_json(s))
+            else:
+                for line in progress_lines(e):
+                    console.print(line)
+            if isinstance(e, CapabilityRegistered) or (
+                isinstance(e, CapabilityTested) and e.final and not e.passed
+            ):
+                outcome = e
+                return
+
+    try:
+        await asyncio.wait_for(watch(), wait_s)
+    except TimeoutError:
+        err.print(
+            f"[bold red]no outcome within {wait_s:.0f}s[/]: is a capgen handler running "
+            "(`nanocrab up`)? The request stays in the log and is handled when one starts; "
+            "follow it with `nanocrab tail --all --type 'capability.*'`"
+        )
+        return 1
+    if isinstance(outcome, CapabilityRegistered):
+        if not json_:
+            console.print(
+                f"try it: nanocrab capabilities invoke {outcome.name} "
+                f"--args '{example_args(outcome.parameters)}'"
+            )
+        return 0
+    if not json_ and isinstance(outcome, CapabilityTested):
+        err.print(
+            f"[bold red]nothing registered[/]: {outcome.report}. Make the guidance more precise "
+            "or allow more --attempts."
+        )
+    return 1

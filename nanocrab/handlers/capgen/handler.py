@@ -1,0 +1,274 @@
+"""The capability generator: guidance in, a scanned and sandbox-tested version registered out.
+
+Consumes ``capability.requested``. For up to ``max_attempts`` attempts it asks the model for a
+module, extracts the one ```python block, vets it statically (parse, name, version, JSON
+Schema, the AST scanner) and runs each of its ``test_*`` functions in the WASM sandbox. Every
+attempt is on the record as it happens: ``capability.generated`` (the code, whenever there was
+a code block) and ``capability.tested`` (findings and test results); a refused attempt's
+findings and failing tests go back to the model verbatim. The attempt that passes ends the
+request with ``capability.tested(passed, final)`` + ``capability.registered`` — the only event
+that moves the registry, so a new version replaces the old one only once its tests pass. When
+the attempts are spent the last ``capability.tested(final)`` says so and nothing is registered.
+
+Redelivery: a request that already has a final verdict in the log (looked up after the
+request's own position) emits nothing; otherwise it starts over and the progress events, whose
+ids derive from (capgen, request id, attempt), deduplicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from msgspec.structs import replace
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from nanocrab.bus import Delivery, EventLog, stamp
+from nanocrab.bus.direct import DirectReader
+from nanocrab.capabilities import CapabilityError, parse_module
+from nanocrab.events import (
+    CapabilityFinding,
+    CapabilityGenerated,
+    CapabilityRegistered,
+    CapabilityRequested,
+    CapabilityTested,
+    Event,
+    EventDecodeError,
+)
+from nanocrab.handlers.capgen import prompt
+from nanocrab.handlers.capgen.checks import StaticVerdict, check_module
+from nanocrab.handlers.capgen.sandboxed import (
+    FILE_PERMISSIONS,
+    TEST_LIMITS,
+    ModuleTests,
+    run_tests,
+)
+from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
+from nanocrab.sandbox import Limits, Sandbox, SandboxError
+
+NAME = "capgen"
+_PROGRESS_ORDINAL = 10_000  # attempt n: generated at +10n, a refused verdict at +10n+1
+MAX_ATTEMPTS = 10
+
+
+class CapgenHandler:
+    name = NAME
+    consumes: tuple[type[Event], ...] = (CapabilityRequested,)
+    concurrency = 4  # requests are independent; each spends most of its time on the model
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        provider: Provider,
+        sandbox: Sandbox,
+        model: str = "",
+        test_limits: Limits = TEST_LIMITS,
+        llm_attempts: int = 3,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self.log = log
+        self.provider = provider
+        self.sandbox = sandbox
+        self.model = model
+        self.test_limits = test_limits
+        self.llm_attempts = llm_attempts
+        self.backoff_s = backoff_s
+        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        assert isinstance(event, CapabilityRequested)
+        if await self._decided(event, delivery.seq):
+            return []
+        attempts = max(1, min(event.max_attempts, MAX_ATTEMPTS))
+        current = (await self._versions(event.name))[1] if event.name else None
+        messages = [
+            prompt.user(prompt.first_request(event.guidance, name=event.name, current=current))
+        ]
+        for attempt in range(1, attempts + 1):
+            try:
+                reply, model = await self._ask(event, messages, attempt)
+            except LlmError as exc:
+                message = f"the model failed ({exc.kind}): {exc.message}"
+                return [self._failed(event, attempt, "model_failed", message)]
+            messages.append(prompt.assistant(reply))
+            try:
+                tested, verdict = await self._attempt(event, reply, attempt, model)
+            except SandboxError as exc:  # the host cannot run the sandbox: retrying cannot help
+                return [self._failed(event, attempt, "sandbox_unavailable", str(exc))]
+            if tested.passed:
+                return [replace(tested, final=True), self._registered(verdict, attempt)]
+            if attempt == attempts:
+                return [replace(tested, final=True, report=_gave_up(tested, attempts))]
+            await self._progress(event, tested, attempt, 1)
+            messages.append(prompt.user(prompt.feedback(attempt, tested.findings, tested.tests)))
+        raise AssertionError("unreachable: the last attempt returns")
+
+    async def _attempt(
+        self, event: CapabilityRequested, reply: str, attempt: int, model: str
+    ) -> tuple[CapabilityTested, StaticVerdict]:
+        """Vet one answer; appends its ``capability.generated`` (when it holds code) at once and
+        returns the verdict for the caller to append or return."""
+        code = prompt.extract_code(reply)
+        if code is None:
+            finding = CapabilityFinding(
+                rule="no_code_block", message="the answer holds no ```python code block"
+            )
+            verdict = StaticVerdict(content_hash="", findings=[finding])
+            return self._tested(event, attempt, verdict, None), verdict
+        name = event.name or declared_name(code)
+        registered, current = await self._versions(name) if name else ({}, None)
+        verdict = check_module(code, name=event.name, registered=registered, current=current)
+        generated = CapabilityGenerated(
+            name=name or verdict.name,
+            version=verdict.version,
+            attempt=attempt,
+            code=code,
+            content_hash=verdict.content_hash,
+            model=model,
+        )
+        await self._progress(event, generated, attempt, 0)
+        run = None
+        if verdict.ok:
+            assert verdict.module is not None
+            scratch = bool(FILE_PERMISSIONS & set(verdict.module.spec.permissions))
+            run = await run_tests(
+                self.sandbox, code, verdict.module.test_names,
+                limits=self.test_limits, scratch=scratch,
+            )  # fmt: skip
+        return self._tested(event, attempt, verdict, run), verdict
+
+    async def _ask(
+        self, event: CapabilityRequested, messages: list[Message], attempt: int
+    ) -> tuple[str, str]:
+        request = ModelRequest(
+            system=prompt.system_prompt(),
+            messages=list(messages),
+            model=self.model,
+            run_id=event.id,
+            turn=attempt - 1,
+            task=event.guidance,
+        )
+        async for retry in AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, LlmError) and e.kind == "retryable"),
+            stop=stop_after_attempt(self.llm_attempts),
+            wait=wait_exponential(multiplier=self.backoff_s, max=20.0),
+            reraise=True,
+        ):
+            with retry:
+                response = await self.provider.complete(request)
+        return prompt.response_text(response), response.model or request.model
+
+    async def _decided(self, event: CapabilityRequested, seq: int) -> bool:
+        """Whether the log already holds this request's final verdict (a redelivery)."""
+        scope = self.log.subjects.of_type("capability.tested")
+        for raw in await self.reader.after(scope, seq):
+            try:
+                stored = self.log.codec.decode(raw.data)
+            except EventDecodeError:
+                continue
+            if (
+                isinstance(stored, CapabilityTested)
+                and stored.final
+                and stored.causation_id == event.id
+            ):
+                return True
+        return False
+
+    async def _versions(self, name: str) -> tuple[dict[str, str], str | None]:
+        """The capability's registered versions (version → content hash) and its current one."""
+        scope = self.log.subjects.capability(name).removesuffix(">") + "capability.registered"
+        versions: dict[str, str] = {}
+        current = None
+        for raw in await self.reader.after(scope, 0):
+            try:
+                stored = self.log.codec.decode(raw.data)
+            except EventDecodeError:
+                continue
+            if isinstance(stored, CapabilityRegistered) and stored.name == name:
+                versions[stored.version] = stored.content_hash
+                current = stored.version
+        return versions, current
+
+    async def _progress(self, cause: Event, event: Event, attempt: int, slot: int) -> None:
+        first = _PROGRESS_ORDINAL + 10 * attempt + slot
+        await self.log.append(stamp(self.name, cause, [event], first=first)[0])
+
+    def _tested(
+        self,
+        event: CapabilityRequested,
+        attempt: int,
+        verdict: StaticVerdict,
+        run: ModuleTests | None,
+    ) -> CapabilityTested:
+        passed = verdict.ok and run is not None and run.passed
+        findings = list(verdict.findings) + (run.findings if run else [])
+        return CapabilityTested(
+            name=event.name or verdict.name,  # a wrong name stays under the requested one
+            version=verdict.version,
+            attempt=attempt,
+            passed=passed,
+            content_hash=verdict.content_hash,
+            safety_level=verdict.safety_level,
+            findings=findings,
+            tests=run.tests if run else [],
+            sandbox_outcome=run.outcome if run else None,  # type: ignore[arg-type]
+            duration_ms=run.duration_ms if run else 0.0,
+            report=_report(verdict, run, passed=passed),
+        )
+
+    @staticmethod
+    def _registered(verdict: StaticVerdict, attempt: int) -> CapabilityRegistered:
+        module = verdict.module
+        assert module is not None and verdict.safety_level is not None
+        spec = module.spec
+        return CapabilityRegistered(
+            name=spec.name,
+            version=spec.version,
+            content_hash=module.content_hash,
+            safety_level=verdict.safety_level,
+            description=spec.description,
+            entry=spec.entry,
+            parameters=dict(spec.parameters),
+            permissions=list(spec.permissions),
+            code=module.source,
+            tests=list(module.test_names),
+            attempt=attempt,
+        )
+
+    @staticmethod
+    def _failed(event: CapabilityRequested, attempt: int, rule: str, message: str) -> Event:
+        """A request that cannot go on (the model or the sandbox failed): its final verdict."""
+        return CapabilityTested(
+            name=event.name,
+            version="",
+            attempt=attempt,
+            passed=False,
+            final=True,
+            findings=[CapabilityFinding(rule=rule, message=message)],
+            report=f"{message}; nothing was registered",
+        )
+
+
+def declared_name(code: str) -> str:
+    """The name a module declares, or "" when it does not parse (the checks will say why)."""
+    try:
+        return parse_module(code).spec.name
+    except CapabilityError:
+        return ""
+
+
+def _report(verdict: StaticVerdict, run: ModuleTests | None, *, passed: bool) -> str:
+    errors = sum(f.severity == "error" for f in verdict.findings)
+    if errors:
+        return f"the static checks found {errors} problem{'s' if errors > 1 else ''}"
+    if run is None:
+        return "not run"
+    ok = sum(t.passed for t in run.tests)
+    summary = f"tests {ok}/{len(run.tests)} passed in the sandbox ({run.duration_ms:.0f} ms)"
+    if passed:
+        return summary
+    return f"{summary}; failing: " + ", ".join(t.name for t in run.tests if not t.passed)
+
+
+def _gave_up(tested: CapabilityTested, attempts: int) -> str:
+    return f"{tested.report}; gave up after {attempts} attempt(s): nothing was registered"

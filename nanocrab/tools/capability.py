@@ -1,0 +1,130 @@
+"""The ``capability`` tool: run an enabled, generated capability in the WebAssembly sandbox.
+
+Capabilities are generated, scanned and tested by the capgen handler and switched on with
+``nanocrab capabilities enable``. The tool looks one up by name through an injected
+:data:`Lookup` (the registry read model in the runtime; the tools layer knows no database),
+validates the arguments against its JSON Schema, and calls its entry function in the sandbox
+with the workspace mounted only as its declared permissions say (``fs.read`` read-only,
+``fs.write`` writable, nothing otherwise). The result carries :class:`CapabilityDetails`, from
+which the executor records ``capability.invoked`` for the registry's statistics. The policy
+derives the call's tier from the same declared permissions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jsonschema
+from pydantic import Field
+
+from nanocrab.events import CapabilityDetails, TextBlock
+from nanocrab.sandbox import Limits, Mount, Sandbox, call_function
+from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
+
+WORKSPACE_GUEST = "/workspace"
+LIMITS = Limits(fuel=20_000_000_000, timeout_s=10.0, output_bytes=32 * 1024)
+_MAX_VALUE_CHARS = 16_000
+
+
+@dataclass(frozen=True)
+class EnabledCapability:
+    name: str
+    version: str
+    description: str
+    entry: str
+    parameters: dict[str, Any]
+    permissions: tuple[str, ...]
+    source: str
+
+
+Lookup = Callable[[str], Awaitable[EnabledCapability | None]]
+Catalogue = Callable[[], Awaitable[Sequence[EnabledCapability]]]
+
+
+class CapabilityArgs(ToolArgs):
+    name: str = Field(
+        min_length=1, description='The capability to run, or "list" to see the enabled ones.'
+    )
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments, as the capability's schema says."
+    )
+
+
+class CapabilityTool:
+    name: ClassVar[str] = "capability"
+    group: ClassVar[str] = "code"
+    description: ClassVar[str] = (
+        "Run a capability: a small Python function that was generated, safety-scanned and "
+        "tested with `nanocrab capabilities`, executed in the WebAssembly sandbox (no network; "
+        'the workspace only if it declared so). Call with name="list" first to see the '
+        "enabled capabilities, their descriptions and parameters."
+    )
+    args_model: ClassVar[type[ToolArgs]] = CapabilityArgs
+
+    def __init__(self, sandbox: Sandbox, *, lookup: Lookup, catalogue: Catalogue) -> None:
+        self.sandbox = sandbox
+        self.lookup = lookup
+        self.catalogue = catalogue
+
+    async def run(self, args: CapabilityArgs, ctx: ToolContext) -> ToolResult:
+        if args.name == "list":
+            return await self._list()
+        cap = await self.lookup(args.name)
+        if cap is None:
+            raise ToolError(
+                "not_found",
+                f'no enabled capability {args.name!r}; call capability with name="list"',
+            )
+        try:
+            jsonschema.validate(args.arguments, cap.parameters)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+            raise ToolError("invalid_arguments", f"{cap.name}: {where}: {exc.message}") from exc
+        mounts = _mounts(cap, ctx)
+        result = await call_function(
+            self.sandbox, cap.source, cap.entry, args.arguments, mounts=mounts, limits=LIMITS
+        )
+        box = result.sandbox
+        details = CapabilityDetails(
+            name=cap.name, version=cap.version, ok=result.ok, outcome=box.outcome,
+            duration_ms=box.duration_ms, peak_memory_bytes=box.peak_memory_bytes,
+            fuel_used=box.fuel_used, error=result.error,
+        )  # fmt: skip
+        if not result.ok:
+            kind = "timeout" if box.outcome == "timeout" else "failed"
+            text = f"{cap.name} {cap.version} failed ({box.outcome}): {result.error or box.detail}"
+            if box.stderr.strip():
+                text += f"\nstderr:\n{box.stderr[-2000:]}"
+            return ToolResult(
+                content=[TextBlock(text)], details=details, is_error=True, error_kind=kind
+            )
+        shown = json.dumps(result.value, ensure_ascii=False, indent=1)
+        if len(shown) > _MAX_VALUE_CHARS:
+            shown = shown[:_MAX_VALUE_CHARS] + "\n[… cut]"
+        text = shown if not box.stdout.strip() else f"{shown}\nstdout:\n{box.stdout[-2000:]}"
+        return ToolResult(content=[TextBlock(text)], details=details)
+
+    async def _list(self) -> ToolResult:
+        caps = await self.catalogue()
+        if not caps:
+            return ToolResult(
+                content=[TextBlock("no capabilities are enabled (`nanocrab capabilities list`)")]
+            )
+        lines = [
+            f"- {c.name} {c.version}: {c.description}\n  parameters: "
+            f"{json.dumps(c.parameters.get('properties', {}))}"
+            + (f"\n  permissions: {', '.join(c.permissions)}" if c.permissions else "")
+            for c in caps
+        ]
+        return ToolResult(content=[TextBlock("\n".join(lines))])
+
+
+def _mounts(cap: EnabledCapability, ctx: ToolContext) -> list[Mount]:
+    if "fs.write" in cap.permissions:
+        return [Mount(ctx.workspace, WORKSPACE_GUEST, writable=True)]
+    if "fs.read" in cap.permissions:
+        return [Mount(ctx.workspace, WORKSPACE_GUEST)]
+    return []

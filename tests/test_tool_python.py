@@ -97,3 +97,17 @@ async def test_through_the_registry(tool: PythonTool, workspace: Path) -> None:
     assert bad.error_kind == "invalid_arguments"
     [spec] = registry.specs()
     assert set(spec.input_schema["properties"]) == {"code", "timeout_s"}
+
+
+
+async def test_the_result_carries_typed_details(tool: PythonTool, workspace: Path) -> None:
+    from nanocrab.events import PythonDetails
+
+    ok = await tool.run(PythonArgs(code="print('hi')\n1 + 1"), make_ctx(workspace))
+    assert isinstance(ok.details, PythonDetails) and ok.details.outcome == "ok"
+    assert ok.details.peak_memory_bytes > 0 and ok.details.fuel_used > 0
+    stopped = await tool.run(
+        PythonArgs(code="while True: pass", timeout_s=0.3), make_ctx(workspace)
+    )
+    assert isinstance(stopped.details, PythonDetails)
+    assert stopped.details.outcome in ("timeout", "out_of_fuel")

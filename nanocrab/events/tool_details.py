@@ -94,7 +94,20 @@ class CapabilityDetails(msgspec.Struct, frozen=True, tag="capability", kw_only=T
     error: str | None = None
 
 
+class PythonDetails(msgspec.Struct, frozen=True, tag="python", kw_only=True):
+    """One ``python`` tool call in the sandbox: how it ended and what it used."""
+
+    outcome: SandboxOutcome
+    duration_ms: float = 0.0
+    peak_memory_bytes: int = 0
+    fuel_used: int = 0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    files_written: list[str] = []
+
+
 ToolDetails = (
     ReadDetails | WriteDetails | EditDetails | LsDetails | GlobDetails | GrepDetails
     | ExecDetails | WebFetchDetails | SkillDetails | SpawnDetails | CapabilityDetails
+    | PythonDetails
 )  # fmt: skip

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from nanocrab.events import PythonDetails
 from nanocrab.sandbox import CallResult, Limits, Mount, Sandbox, SandboxError, run_python
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 
@@ -127,6 +128,12 @@ _STOPPED = {
 
 def _to_result(call: CallResult, limits: Limits) -> ToolResult:
     result = call.sandbox
+    details = PythonDetails(
+        outcome=result.outcome, duration_ms=result.duration_ms,
+        peak_memory_bytes=result.peak_memory_bytes, fuel_used=result.fuel_used,
+        stdout_truncated=result.stdout_truncated, stderr_truncated=result.stderr_truncated,
+        files_written=list(call.files_written),
+    )  # fmt: skip
     parts: list[str] = []
     for label, text, truncated in (
         ("stdout", result.stdout, result.stdout_truncated),
@@ -143,16 +150,16 @@ def _to_result(call: CallResult, limits: Limits) -> ToolResult:
     if result.outcome == "ok":
         if not call.ok and call.error:
             parts.append(f"result: {call.error}")
-        return ToolResult.text("\n\n".join(parts) or "(no output)")
+        return ToolResult.text("\n\n".join(parts) or "(no output)", details=details)
     if result.outcome == "timeout":
         parts.append(
             f"[stopped: timed out after {limits.timeout_s:g} s. Pass a larger timeout_s "
             f"(max {MAX_TIMEOUT_S:g}) or do less work per call.]"
         )
-        return ToolResult.error("timeout", "\n\n".join(parts))
+        return ToolResult.error("timeout", "\n\n".join(parts), details=details)
     if result.outcome == "exit_code":
         parts.append(f"[error: {call.error}]")
     else:
         stopped = _STOPPED.get(result.outcome, "stopped: the sandbox failed")
         parts.append(f"[{stopped} — {result.detail}]")
-    return ToolResult.error("failed", "\n\n".join(parts))
+    return ToolResult.error("failed", "\n\n".join(parts), details=details)

@@ -73,184 +73,39 @@ style helpers evaluate them.
 from __future__ import annotations
 
 import ast
-import builtins
 import functools
 import importlib
-import re
 import types
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nanocrab.capabilities.rules import (
+    ALLOWED_DUNDER_ATTRS,
+    ALLOWED_DUNDER_NAMES,
+    ALLOWED_DUNDER_STRINGS,
+    ALLOWED_MODULES,
+    ALWAYS_BUILTIN,
+    ATTR_BUILTINS,
+    ATTR_RULES,
+    BUILTIN_NAMES,
+    DUNDER,
+    GATES,
+    INTROSPECTION,
+    MAX_SOURCE_CHARS,
+    MODULE_RULES,
+    OPEN_LIKE,
+    PERMISSIONS,
+    QNAME_RULES,
+    QNAME_STEMS,
+    READ_CALLS,
+    RULES,
+    WARNINGS,
+)
+
 Permission = Literal["fs.read", "fs.write", "net"]
 Severity = Literal["error", "warning"]
 SafetyLevel = Literal["safe", "restricted", "dangerous"]
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-def _rule(rule: str, names: str, *, prefix: str = "") -> dict[str, str]:
-    return {f"{prefix}{name}": rule for name in names.split()}
-
-
-PERMISSIONS: frozenset[str] = frozenset({"fs.read", "fs.write", "net"})
-"""The permission vocabulary: read files, write files, open network connections."""
-
-MAX_SOURCE_CHARS = 200_000
-
-ALLOWED_MODULES: frozenset[str] = _words(
-    "__future__ json math re statistics collections itertools functools datetime decimal "
-    "fractions string textwrap unicodedata csv io dataclasses typing enum heapq bisect random "
-    "hashlib base64 uuid copy operator pathlib difflib html zlib gzip"
-)
-"""Top-level modules a capability may import (submodules included, e.g. ``collections.abc``)."""
-
-_NETWORK_MODULES = (
-    "socket _socket ssl http urllib urllib3 requests httpx aiohttp ftplib smtplib poplib "
-    "imaplib telnetlib xmlrpc socketserver websocket websockets asyncio"
-)
-
-RULES: dict[str, str] = {
-    "syntax_error": "fix the syntax so the module parses",
-    "too_complex": "keep the module small and its expressions shallowly nested",
-    "import_not_allowed": f"allowed imports: {', '.join(sorted(ALLOWED_MODULES))}",
-    "star_import": "import the names you use explicitly",
-    "process": "capabilities may not start processes or send signals; compute in Python",
-    "dynamic_code": "capabilities may not evaluate, compile or import code at run time; "
-    "write the code directly",
-    "dynamic_attribute": "reflection on builtins, modules, frames and dunder attributes is not "
-    "allowed; use plain attribute syntax with a literal name (type(x) instead of x.__class__)",
-    "private_access": "use the module's public API, not its _private internals",
-    "file_delete": "capabilities may not delete or move files",
-    "unsafe_deserialization": "unpickling can run arbitrary code; use json",
-    "native_code": "capabilities may not load native code",
-    "runtime_control": "capabilities may not start threads, handle signals, exit, read stdin, "
-    "or change interpreter, module or process state",
-    "network": "network access needs the 'net' permission: declare it in "
-    "CAPABILITY['permissions'] or take the data as a parameter",
-    "fs_write": "writing files needs the 'fs.write' permission: declare it in "
-    "CAPABILITY['permissions'] or return the data instead",
-    "fs_read": "reading files needs the 'fs.read' permission: declare it in "
-    "CAPABILITY['permissions'] or take the content as a parameter",
-    "unknown_permission": f"declare only {', '.join(sorted(PERMISSIONS))}",
-    "unused_permission": "drop permissions the code does not need",
-}
-"""Every rule name, with the advice appended to its findings' messages."""
-
-_GATES = {"network": "net", "fs_write": "fs.write", "fs_read": "fs.read"}
-_WARNINGS = frozenset({"fs_read", "unused_permission"})
-
-_MODULE_RULES: dict[str, str] = {
-    **_rule("process", "subprocess pty multiprocessing concurrent"),
-    **_rule("dynamic_code", "importlib builtins code codeop runpy imp zipimport pdb"),
-    **_rule("unsafe_deserialization", "pickle _pickle marshal shelve copyreg dill cloudpickle"),
-    **_rule("native_code", "ctypes _ctypes cffi"),
-    **_rule("runtime_control", "threading _thread signal"),
-    **_rule("network", _NETWORK_MODULES),
-}
-"""Modules with a specific rule: their import and every use is a finding."""
-
-_QNAME_RULES: dict[str, str] = {
-    **_rule("dynamic_code", "eval exec compile __import__ breakpoint", prefix="builtins."),
-    **_rule(
-        "dynamic_attribute",
-        "getattr hasattr setattr delattr vars globals locals",
-        prefix="builtins.",
-    ),
-    # A reference to open that is not a call: the mode it will be called with is unknown.
-    "builtins.open": "fs_write",
-    "builtins.help": "process",  # pydoc may start a pager
-    **_rule("runtime_control", "input exit quit", prefix="builtins."),
-    **_rule("process", "system popen kill killpg startfile", prefix="os."),
-    **_rule("process", "asyncio.subprocess uuid.getnode uuid.uuid1"),
-    **_rule("dynamic_code", "get_type_hints ForwardRef", prefix="typing."),
-    **_rule("dynamic_attribute", "attrgetter methodcaller", prefix="operator."),
-    **_rule("file_delete", "remove unlink rmdir removedirs", prefix="os."),
-    **_rule("file_delete", "rmtree move", prefix="shutil."),
-    **_rule(
-        "fs_write",
-        "mkdir makedirs rename renames replace chmod chown lchown link symlink truncate mkfifo "
-        "mknod utime",
-        prefix="os.",
-    ),
-    **_rule(
-        "fs_write",
-        "copy copy2 copyfile copytree copymode copystat chown make_archive unpack_archive",
-        prefix="shutil.",
-    ),
-    **_rule(
-        "runtime_control",
-        "modules setrecursionlimit settrace setprofile exit path meta_path path_hooks addaudithook",
-        prefix="sys.",
-    ),
-    **_rule("runtime_control", "update setdefault pop popitem clear", prefix="os.environ."),
-    **_rule("runtime_control", "putenv unsetenv _exit abort chdir", prefix="os."),
-}
-"""Qualified names (and anything under them) that are findings wherever they appear."""
-
-_QNAME_STEMS = tuple(
-    (stem, "process")
-    for stem in ("os.exec", "os.spawn", "os.posix_spawn", "os.fork", "asyncio.create_subprocess")
-)
-
-_ATTR_RULES: dict[str, str] = {
-    **_rule("file_delete", "unlink rmdir removedirs rmtree"),
-    **_rule(
-        "fs_write",
-        "write_text write_bytes touch mkdir makedirs symlink_to hardlink_to link_to chmod lchmod "
-        "rename",
-    ),
-    **_rule(
-        "process",
-        "create_subprocess_exec create_subprocess_shell subprocess_exec subprocess_shell",
-    ),
-    **_rule(
-        "network",
-        "open_connection open_unix_connection start_server start_unix_server "
-        "create_connection create_unix_connection create_server create_datagram_endpoint "
-        "sock_connect",
-    ),
-}
-"""Attribute names that are findings on any receiver (the receiver's type is unknown)."""
-
-_READ_CALLS = _words(
-    "read_text read_bytes iterdir glob rglob stat lstat exists is_file is_dir is_symlink "
-    "readlink samefile expanduser home cwd"
-)
-"""Methods that read the file system when called; only a warning, so generic names are tolerable."""
-
-_INTROSPECTION = _words(
-    "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code ag_await "
-    "f_globals f_locals f_builtins f_back f_code f_trace tb_frame tb_next co_code co_consts "
-    "co_names get_field _getframe func_globals"
-)
-"""Attributes that reach frames, code objects or arbitrary objects by name."""
-
-_ALLOWED_DUNDER_NAMES = _words(
-    "__name__ __doc__ __qualname__ __module__ __all__ __slots__ __version__ __debug__ "
-    "__author__ __match_args__"
-)
-_ALLOWED_DUNDER_ATTRS = _words(
-    "__init__ __post_init__ __name__ __qualname__ __doc__ __eq__ __ne__ __lt__ __le__ __gt__ "
-    "__ge__ __hash__ __repr__ __str__ __len__ __iter__ __next__ __contains__ __getitem__ "
-    "__setitem__ __delitem__ __bool__ __enter__ __exit__ __version__"
-)
-_ALLOWED_DUNDER_STRINGS = (
-    _ALLOWED_DUNDER_NAMES | _ALLOWED_DUNDER_ATTRS | {"__main__", "__pycache__"}
-)
-_DUNDER = re.compile(r"__[A-Za-z][A-Za-z0-9_]*?__")
-
-_BUILTIN_NAMES = frozenset(dir(builtins))
-_ALWAYS_BUILTIN = _words(
-    "eval exec compile __import__ breakpoint getattr hasattr setattr delattr vars globals locals "
-    "open"
-)
-"""Builtins judged even where the module binds the name (``if False: eval = 1`` proves nothing)."""
-
-_OPEN_LIKE = _words("builtins.open io.open io.FileIO gzip.open gzip.GzipFile")
-_ATTR_BUILTINS = _words("builtins.getattr builtins.hasattr builtins.setattr builtins.delattr")
 
 
 @dataclass(frozen=True)
@@ -343,7 +198,7 @@ def _single(rule: str, what: str, line: int, col: int) -> ScanReport:
 
 
 def _finding(rule: str, what: str, at: tuple[int, int]) -> Finding:
-    severity: Severity = "warning" if rule in _WARNINGS else "error"
+    severity: Severity = "warning" if rule in WARNINGS else "error"
     return Finding(rule, f"{what}: {RULES[rule]}", at[0], at[1], severity)
 
 
@@ -367,7 +222,7 @@ def _permissions_anchor(tree: ast.Module) -> tuple[int, int]:
 
 def _dunder_problem(name: str, allowed: frozenset[str]) -> bool:
     return (name.startswith("__") and name.endswith("__") and name not in allowed) or (
-        name in _INTROSPECTION
+        name in INTROSPECTION
     )
 
 
@@ -376,9 +231,9 @@ def _qname_rule(qname: str) -> tuple[str, str] | None:
     parts = qname.split(".")
     for end in range(len(parts), 0, -1):
         prefix = ".".join(parts[:end])
-        if prefix in _QNAME_RULES:
-            return _QNAME_RULES[prefix], prefix
-    for stem, rule in _QNAME_STEMS:
+        if prefix in QNAME_RULES:
+            return QNAME_RULES[prefix], prefix
+    for stem, rule in QNAME_STEMS:
         if qname.startswith(stem):
             return rule, qname
     return None
@@ -489,7 +344,7 @@ class _Scanner(ast.NodeVisitor):
         self._annotation_depth = 0
 
     def _flag(self, rule: str, what: str, at: ast.AST | tuple[int, int]) -> None:
-        permission = _GATES.get(rule)
+        permission = GATES.get(rule)
         if permission is not None and permission in self.granted:
             self.used.add(permission)
             return
@@ -508,7 +363,7 @@ class _Scanner(ast.NodeVisitor):
             return None
         if node.id in self._aliases:
             return self._aliases[node.id]
-        if node.id in _BUILTIN_NAMES and (node.id in _ALWAYS_BUILTIN or node.id not in self._bound):
+        if node.id in BUILTIN_NAMES and (node.id in ALWAYS_BUILTIN or node.id not in self._bound):
             return f"builtins.{node.id}"
         return None
 
@@ -518,8 +373,8 @@ class _Scanner(ast.NodeVisitor):
 
     def _judge_module(self, module: str, what: str, node: ast.AST) -> None:
         root = module.split(".")[0]
-        if root in _MODULE_RULES:
-            self._flag(_MODULE_RULES[root], what, node)
+        if root in MODULE_RULES:
+            self._flag(MODULE_RULES[root], what, node)
         elif root not in ALLOWED_MODULES:
             self._flag("import_not_allowed", what, node)
 
@@ -539,8 +394,8 @@ class _Scanner(ast.NodeVisitor):
         if rule is not None:
             self._flag(rule[0], f"use of {rule[1]} is not allowed", node)
         root = qname.split(".")[0]
-        if root in _MODULE_RULES and root != "builtins" and reached is None:
-            self._flag(_MODULE_RULES[root], f"use of {qname} is not allowed", node)
+        if root in MODULE_RULES and root != "builtins" and reached is None:
+            self._flag(MODULE_RULES[root], f"use of {qname} is not allowed", node)
 
     # Imports
 
@@ -567,8 +422,8 @@ class _Scanner(ast.NodeVisitor):
         if (
             node.id.startswith("__")
             and node.id.endswith("__")
-            and node.id not in _ALLOWED_DUNDER_NAMES
-            and f"builtins.{node.id}" not in _QNAME_RULES
+            and node.id not in ALLOWED_DUNDER_NAMES
+            and f"builtins.{node.id}" not in QNAME_RULES
         ):
             self._flag("dynamic_attribute", f"the name {node.id} is not allowed", node)
         if id(node) not in self._judged and isinstance(node.ctx, ast.Load):
@@ -579,11 +434,11 @@ class _Scanner(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr, called = node.attr, id(node) in self._callees
         at = _attr_position(node)
-        if _dunder_problem(attr, _ALLOWED_DUNDER_ATTRS):
+        if _dunder_problem(attr, ALLOWED_DUNDER_ATTRS):
             self._flag("dynamic_attribute", f"access to .{attr} is not allowed", at)
-        if attr in _ATTR_RULES:
-            self._flag(_ATTR_RULES[attr], f".{attr} is not allowed", at)
-        elif attr in _READ_CALLS and called:
+        if attr in ATTR_RULES:
+            self._flag(ATTR_RULES[attr], f".{attr} is not allowed", at)
+        elif attr in READ_CALLS and called:
             self._flag("fs_read", f".{attr}() reads the file system", at)
         elif attr == "open" and not called:
             self._flag("fs_write", "a reference to .open may open a file for writing", at)
@@ -605,7 +460,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_MatchClass(self, node: ast.MatchClass) -> None:
         for attr in node.kwd_attrs:
-            if _dunder_problem(attr, _ALLOWED_DUNDER_ATTRS):
+            if _dunder_problem(attr, ALLOWED_DUNDER_ATTRS):
                 self._flag("dynamic_attribute", f"matching on .{attr} is not allowed", node)
         self.generic_visit(node)
 
@@ -616,12 +471,12 @@ class _Scanner(ast.NodeVisitor):
         self._callees.add(id(func))
         qname = self._qualify(func)
         canonical = _canonical(qname)[0] if qname is not None else None
-        if canonical in _OPEN_LIKE or (isinstance(func, ast.Attribute) and func.attr == "open"):
+        if canonical in OPEN_LIKE or (isinstance(func, ast.Attribute) and func.attr == "open"):
             # A bound method (``Path(p).open``) takes the mode first; functions take it second.
             bound = isinstance(func, ast.Attribute) and qname is None
             self._judge_open(node, mode_index=0 if bound else 1)
             self._judged.add(id(func))
-        elif canonical in _ATTR_BUILTINS:
+        elif canonical in ATTR_BUILTINS:
             self._judge_attr_builtin(node, canonical.removeprefix("builtins."))
             self._judged.add(id(func))
         elif canonical in ("operator.attrgetter", "operator.methodcaller"):
@@ -655,7 +510,7 @@ class _Scanner(ast.NodeVisitor):
             self._flag("dynamic_attribute", f"{name}() with a computed attribute name", node)
             return
         self._quiet.add(id(name_node))
-        if _dunder_problem(attr, _ALLOWED_DUNDER_ATTRS):
+        if _dunder_problem(attr, ALLOWED_DUNDER_ATTRS):
             self._flag("dynamic_attribute", f"{name}(..., {attr!r}) is not allowed", node)
         elif self._is_imported(target):
             self._flag("dynamic_attribute", f"{name}() on an imported module or object", node)
@@ -669,7 +524,7 @@ class _Scanner(ast.NodeVisitor):
             return
         self._quiet.update(id(a) for a in name_nodes)
         for text in filter(None, names):
-            if any(_dunder_problem(p, _ALLOWED_DUNDER_ATTRS) for p in text.split(".")):
+            if any(_dunder_problem(p, ALLOWED_DUNDER_ATTRS) for p in text.split(".")):
                 self._flag("dynamic_attribute", f"{name}({text!r}) is not allowed", node)
 
     # Strings and annotations
@@ -683,7 +538,7 @@ class _Scanner(ast.NodeVisitor):
             return
         if self._annotation_depth and self._visit_string_annotation(node):
             return
-        bad = sorted({m for m in _DUNDER.findall(node.value) if m not in _ALLOWED_DUNDER_STRINGS})
+        bad = sorted({m for m in DUNDER.findall(node.value) if m not in ALLOWED_DUNDER_STRINGS})
         if bad:
             self._flag("dynamic_attribute", f"the string mentions {', '.join(bad)}", node)
 

@@ -145,7 +145,8 @@ async def test_a_runaway_capability_is_contained(tool: CapabilityTool, tmp_path:
 
 RULES = Policy.from_mapping(
     {"version": 1, "approval": {"timeout": 30},
-     "rules": [{"id": "capabilities", "tools": ["capability"], "tier": "safe"}]},
+     "rules": [{"id": "capabilities", "tools": ["capability"], "tier": "safe"},
+               {"id": "python-sandbox", "tools": ["python"], "tier": "safe"}]},
     source="capability-tests",
 )  # fmt: skip
 
@@ -187,3 +188,20 @@ async def test_each_run_is_recorded_for_the_registry(rig: Rig) -> None:
     (invoked,) = await eventually(recorded)
     assert invoked.ok and invoked.outcome == "ok" and invoked.duration_ms > 0
     assert invoked.run_id == run and invoked.version == "1.0.0"
+
+
+async def test_python_asking_for_a_writable_workspace_needs_an_approval(rig: Rig) -> None:
+    run = await rig.start_run()
+    reader = await rig.call(run, "python", {"code": "len(open('/workspace/a.txt').read())"})
+    (rig.workspace / "a.txt").write_text("abc")
+    assert (await rig.wait(run, GrantIssued, lambda e: e.call_id == reader)).tier == "safe"
+    code = "open('/workspace/out.txt', 'w').write('made in the sandbox')"
+    writer = await rig.call(run, "python", {"code": code, "write": True})
+    request = await rig.approval(run, writer)
+    assert request.tier == "guarded" and "writable workspace" in request.reason
+    assert not (rig.workspace / "out.txt").exists()
+    await rig.log.append(rig.answer(request))
+    done = await rig.wait(run, ToolCompleted, lambda e: e.call_id == writer)
+    assert not done.is_error, done.content
+    assert (rig.workspace / "out.txt").read_text() == "made in the sandbox"
+    assert done.details.files_written == ["out.txt"]

@@ -164,6 +164,14 @@ class PolicyHandler:
         )
         if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
             decision = await self._capability_tier(event, decision)
+        if decision.tier == "safe" and event.tool == "python" and event.arguments.get("write"):
+            # a writable workspace is a write, whatever the rule for sandboxed reads said; the
+            # binding hash keeps ``write: true`` from being added after the approval
+            decision = dataclasses.replace(
+                decision,
+                tier="guarded",
+                reason=f"{decision.reason}; the code asks for a writable workspace",
+            )
         if decision.tier == "deny":
             return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
         allowed = enabled_tools(state.task.agent, state.task.tools)

@@ -47,6 +47,13 @@ class PythonArgs(ToolArgs):
         le=MAX_TIMEOUT_S,
         description="Wall-clock seconds before the code is stopped (default 10; max 60).",
     )
+    write: bool = Field(
+        default=False,
+        description=(
+            "Mount the workspace writable so the code can create or change files there. Only "
+            "when needed: a person is asked to approve it first."
+        ),
+    )
 
 
 class PythonTool:
@@ -88,7 +95,9 @@ class PythonTool:
         scale = max(1.0, timeout_s / self.limits.timeout_s)
         limits = replace(self.limits, timeout_s=timeout_s, fuel=int(self.limits.fuel * scale))
         call = asyncio.ensure_future(
-            self._execute(args.code, ctx.workspace, limits, writable=self.writable_workspace)
+            self._execute(
+                args.code, ctx.workspace, limits, writable=self.writable_workspace or args.write
+            )
         )
         cancelled = asyncio.ensure_future(ctx.cancel.wait())
         try:

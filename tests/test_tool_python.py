@@ -96,8 +96,7 @@ async def test_through_the_registry(tool: PythonTool, workspace: Path) -> None:
     bad = await registry.invoke("python", {"code": "", "timeout_s": 999}, make_ctx(workspace))
     assert bad.error_kind == "invalid_arguments"
     [spec] = registry.specs()
-    assert set(spec.input_schema["properties"]) == {"code", "timeout_s"}
-
+    assert set(spec.input_schema["properties"]) == {"code", "timeout_s", "write"}
 
 
 async def test_the_result_carries_typed_details(tool: PythonTool, workspace: Path) -> None:

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nanocrab.bus import EventLog, Reactor, RuntimeOptions, Stored, read_run, sanitize_token
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.host import Host
-from nanocrab.events import Event, TaskSubmitted, new_event_id
+from nanocrab.events import TaskSubmitted, new_event_id
 from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
@@ -43,7 +43,7 @@ from nanocrab.projections import (
     make_engine,
     session_history,
 )
-from nanocrab.security import KeyRing, verify
+from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 
@@ -111,11 +111,8 @@ def build_reactors(
     keys = KeyRing(workspace.parent / "keys")
     policy_keys = frozenset({keys.public_key("policy")})
 
-    def trust(event: Event) -> bool:
-        return verify(event, policy_keys) is None
-
     return [
-        Orchestrator(log, trust=trust),
+        Orchestrator(log, trust=signed_by(policy_keys)),
         PolicyHandler(log, policy=BENCH_POLICY, keys=keys, known_tools=frozenset(registry.names()),
                       default_workspace=workspace),
         Executor(log, registry=registry, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),

@@ -28,7 +28,7 @@ from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.llm.base import Message, Provider
 from nanocrab.policy import Policy
 from nanocrab.projections import session_history
-from nanocrab.security import KeyRing, verify
+from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 from nanocrab.tools.base import Tool
@@ -76,14 +76,19 @@ def agent_reactors(
         rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
         return history_messages(rows)
 
-    def trust(event: Event) -> bool:
-        return verify(event, policy_keys) is None
-
-    reactors: list[Reactor] = [Orchestrator(log, name=n, trust=trust) for n in orchestrators]
+    reactors: list[Reactor] = [
+        Orchestrator(log, name=n, trust=signed_by(policy_keys)) for n in orchestrators
+    ]
     if policy:
-        reactors.append(PolicyHandler(log, policy=rules, keys=keys,
-                                      known_tools=frozenset(reg.names()),
-                                      default_workspace=workspace))
+        reactors.append(
+            PolicyHandler(
+                log,
+                policy=rules,
+                keys=keys,
+                known_tools=frozenset(reg.names()),
+                default_workspace=workspace,
+            )
+        )
     reactors += [
         Executor(log, registry=reg, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
                  default_workspace=workspace, tool_timeout_s=20, trusted_policy=policy_keys,

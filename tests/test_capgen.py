@@ -4,7 +4,6 @@ WASM sandbox judge them, the registry projection (SQLite and PostgreSQL) follows
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -47,10 +46,9 @@ FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=10.0, backoff_s=(0.1, 0.2)
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     """One sandbox for the session: the interpreter compiles once (~4 s) into a tmp cache."""
-    box = Sandbox(tmp_path_factory.mktemp("sandbox-cache"))
+    box = Sandbox(tmp_path_factory.getbasetemp() / "sandbox-cache")  # shared with the others
     box.warm()
     yield box
-    gc.collect()  # free the last wasmtime stores before interpreter shutdown
 
 
 # --- modules the scripted model answers with ------------------------------------------------

@@ -31,7 +31,7 @@ from nanocrab.cli.common import (
 from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.status import gather_status
-from nanocrab.cli.wiring import build_reactors, release_sandbox
+from nanocrab.cli.wiring import build_reactors
 from nanocrab.projections import Projector, all_projections, list_dead_letters
 
 
@@ -73,7 +73,6 @@ def up() -> None:
         console.print("[green]stopped cleanly[/]")
 
     run_async(main())
-    release_sandbox()  # capgen may have run the sandbox
 
 
 @app.command()

@@ -39,7 +39,7 @@ from nanocrab.cli.common import (
 from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
 from nanocrab.cli.render import print_json
 from nanocrab.cli.settings import Settings
-from nanocrab.cli.wiring import release_sandbox, sandbox_for
+from nanocrab.cli.wiring import sandbox_for
 from nanocrab.events import (
     CapabilityDisabled,
     CapabilityEnabled,
@@ -269,7 +269,6 @@ def invoke_(
     settings = settings_or_exit()
     setup(settings, "nanocrab-capabilities")
     code = run_async(_invoke(settings, name, arguments, json_))
-    release_sandbox()
     raise typer.Exit(code)
 
 

@@ -28,7 +28,7 @@ from nanocrab.cli.common import (
 from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
 from nanocrab.cli.render import print_json, stored_json
 from nanocrab.cli.settings import Settings
-from nanocrab.cli.wiring import build_capgen, release_sandbox
+from nanocrab.cli.wiring import build_capgen
 from nanocrab.events import CapabilityRegistered, CapabilityRequested, CapabilityTested, Event
 from nanocrab.projections import CapabilitiesProjection
 
@@ -65,7 +65,6 @@ def generate(
         name=name, guidance=guidance, max_attempts=attempts, requested_by=settings.user
     )
     code = run_async(_generate(settings, request, timeout, json_))
-    release_sandbox()
     raise typer.Exit(code)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from nanocrab.llm.base import Message, Provider
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities, session_history
 from nanocrab.sandbox import Sandbox
-from nanocrab.security import KeyRing, verify
+from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 from nanocrab.tools.capability import CapabilityTool, EnabledCapability
@@ -49,13 +48,6 @@ def make_capgen_provider(settings: Settings) -> Provider:
 def sandbox_for(settings: Settings) -> Sandbox:
     """The WASM sandbox, its compiled interpreter cached under ``<home>/sandbox``."""
     return Sandbox(cache_dir=settings.home / "sandbox")
-
-
-def release_sandbox() -> None:
-    """Call before a command that ran the sandbox exits: collects its last runs, since a
-    wasmtime store freed during interpreter shutdown (kept alive by a trap's traceback cycle)
-    aborts the process."""
-    gc.collect()
 
 
 class CapabilityCatalogue:
@@ -146,11 +138,8 @@ def build_reactors(
     policy_keys = frozenset({keys.public_key("policy")})
     approvers = trusted_approvers(rules, keys)
 
-    def trust(event: object) -> bool:
-        return verify(event, policy_keys) is None  # type: ignore[arg-type]
-
     return [
-        Orchestrator(logs("orchestrator"), trust=trust),
+        Orchestrator(logs("orchestrator"), trust=signed_by(policy_keys)),
         PolicyHandler(
             logs("policy"),
             policy=rules,

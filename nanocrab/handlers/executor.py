@@ -52,7 +52,7 @@ from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS
 from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.runstate import RunState
 from nanocrab.handlers.workspace import workspace_of
-from nanocrab.security import binding_hash, verify
+from nanocrab.security import binding_hash, signed_by, verify
 from nanocrab.tools.base import ArtifactStore, ToolContext
 from nanocrab.tools.hosts import HostAllowList
 from nanocrab.tools.ops import Operations
@@ -83,7 +83,7 @@ class Executor:
         self.log = log
         self.trusted_policy = trusted_policy
         self.trusted_approvers = trusted_approvers
-        self.loader = RunLoader(log, trust=self.trusts)
+        self.loader = RunLoader(log, trust=signed_by(trusted_policy))
         self.registry = registry
         self.ops = ops
         self.artifacts = artifacts
@@ -117,9 +117,6 @@ class Executor:
             return
         for cancel in self._running.get(event.run_id or "", {}).values():
             cancel.set()
-
-    def trusts(self, event: Event) -> bool:
-        return verify(event, self.trusted_policy) is None
 
     def _forgery(self, grant: GrantIssued) -> SecurityRejected | None:
         problem = verify(grant, self.trusted_policy)

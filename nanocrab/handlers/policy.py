@@ -164,14 +164,10 @@ class PolicyHandler:
         )
         if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
             decision = await self._capability_tier(event, decision)
-        if decision.tier == "safe" and event.tool == "python" and event.arguments.get("write"):
+        if decision.tier != "deny" and event.tool == "python" and event.arguments.get("write"):
             # a writable workspace is a write, whatever the rule for sandboxed reads said; the
             # binding hash keeps ``write: true`` from being added after the approval
-            decision = dataclasses.replace(
-                decision,
-                tier="guarded",
-                reason=f"{decision.reason}; the code asks for a writable workspace",
-            )
+            decision = _raised(decision, "guarded", "the code asks for a writable workspace")
         if decision.tier == "deny":
             return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
         allowed = enabled_tools(state.task.agent, state.task.tools)
@@ -233,11 +229,8 @@ class PolicyHandler:
                 tier="deny",
                 reason=f"no enabled capability {name!r} (`nanocrab capabilities list`)",
             )
-        tier = max(decision.tier, tier_for(permissions), key=_TIERS.index)
-        if tier == decision.tier:
-            return decision
         why = f"capability {name!r} declares {', '.join(permissions)}"
-        return dataclasses.replace(decision, tier=tier, reason=f"{decision.reason}; {why}")
+        return _raised(decision, tier_for(permissions), why)
 
     def _grant(
         self,
@@ -396,9 +389,7 @@ class PolicyHandler:
                 elif call.approval is not None and call.grant is None and call.denied is None:
                     self.open.pop(call.approval.approval_id, None)
                     out.append(
-                        ApprovalExpired(
-                            approval_id=call.approval.approval_id, call_id=call.call_id
-                        )
+                        ApprovalExpired(approval_id=call.approval.approval_id, call_id=call.call_id)
                     )
                     out.append(_deny_call(call.approval, f"the run {state.status}"))
         self.loader.forget(event.run_id)
@@ -483,6 +474,13 @@ class PolicyHandler:
                 continue
             if stored:
                 self.open.pop(approval_id, None)
+
+
+def _raised(decision: Decision, tier: str, why: str) -> Decision:
+    """``decision`` at ``tier`` if that is stricter (a tier is only ever raised), saying why."""
+    if _TIERS.index(tier) <= _TIERS.index(decision.tier):
+        return decision
+    return dataclasses.replace(decision, tier=tier, reason=f"{decision.reason}; {why}")
 
 
 def tier_for(permissions: Sequence[str]) -> str:

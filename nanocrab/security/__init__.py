@@ -2,7 +2,7 @@
 
 from nanocrab.security.errors import KeyFileError, SecurityError
 from nanocrab.security.keys import KeyRing, new_seed
-from nanocrab.security.signing import binding_hash, canonical_bytes, sign, verify
+from nanocrab.security.signing import binding_hash, canonical_bytes, sign, signed_by, verify
 
 __all__ = [
     "KeyFileError",
@@ -12,5 +12,6 @@ __all__ = [
     "canonical_bytes",
     "new_seed",
     "sign",
+    "signed_by",
     "verify",
 ]

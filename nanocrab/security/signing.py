@@ -13,7 +13,7 @@ import base64
 import binascii
 import functools
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -55,6 +55,12 @@ def verify(event: Event, trusted: Collection[str]) -> str | None:
     except (nkeys.NkeysError, nacl.exceptions.CryptoError, ValueError, binascii.Error) as exc:
         return f"{event.type} {event.id} has an invalid signature ({exc.__class__.__name__})"
     return None
+
+
+def signed_by(trusted: Collection[str]) -> Callable[[Event], bool]:
+    """A predicate for "signed by one of ``trusted``" (what a run fold believes)."""
+    keys = frozenset(trusted)
+    return lambda event: verify(event, keys) is None
 
 
 @functools.lru_cache(maxsize=4096)

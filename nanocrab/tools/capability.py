@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import jsonschema
 from pydantic import Field
 
+from nanocrab.capabilities.invoke import argument_errors, invoke
 from nanocrab.events import CapabilityDetails, TextBlock
-from nanocrab.sandbox import Limits, Mount, Sandbox, call_function
+from nanocrab.sandbox import Limits, Mount, Sandbox
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 
 WORKSPACE_GUEST = "/workspace"
@@ -78,24 +78,21 @@ class CapabilityTool:
                 "not_found",
                 f'no enabled capability {args.name!r}; call capability with name="list"',
             )
-        try:
-            jsonschema.validate(args.arguments, cap.parameters)
-        except jsonschema.ValidationError as exc:
-            where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
-            raise ToolError("invalid_arguments", f"{cap.name}: {where}: {exc.message}") from exc
-        mounts = _mounts(cap, ctx)
-        result = await call_function(
-            self.sandbox, cap.source, cap.entry, args.arguments, mounts=mounts, limits=LIMITS
-        )
+        if problems := argument_errors(cap.parameters, args.arguments):
+            raise ToolError("invalid_arguments", f"{cap.name}: " + "; ".join(problems))
+        result, run = await invoke(
+            self.sandbox, name=cap.name, version=cap.version, code=cap.source, entry=cap.entry,
+            arguments=args.arguments, mounts=_mounts(cap, ctx), limits=LIMITS,
+        )  # fmt: skip
         box = result.sandbox
         details = CapabilityDetails(
-            name=cap.name, version=cap.version, ok=result.ok, outcome=box.outcome,
-            duration_ms=box.duration_ms, peak_memory_bytes=box.peak_memory_bytes,
-            fuel_used=box.fuel_used, error=result.error,
+            name=run.name, version=run.version, ok=run.ok, outcome=run.outcome,
+            duration_ms=run.duration_ms, peak_memory_bytes=run.peak_memory_bytes,
+            fuel_used=run.fuel_used, error=run.error,
         )  # fmt: skip
         if not result.ok:
             kind = "timeout" if box.outcome == "timeout" else "failed"
-            text = f"{cap.name} {cap.version} failed ({box.outcome}): {result.error or box.detail}"
+            text = f"{cap.name} {cap.version} failed ({box.outcome}): {run.error}"
             if box.stderr.strip():
                 text += f"\nstderr:\n{box.stderr[-2000:]}"
             return ToolResult(

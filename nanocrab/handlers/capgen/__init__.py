@@ -4,16 +4,10 @@
 ``sandboxed`` runs its tests, and invocations, in the WASM sandbox.
 """
 
+from nanocrab.capabilities.invoke import INVOKE_LIMITS, argument_errors, invoke
 from nanocrab.handlers.capgen.checks import StaticVerdict, check_module
 from nanocrab.handlers.capgen.handler import CapgenHandler
-from nanocrab.handlers.capgen.sandboxed import (
-    INVOKE_LIMITS,
-    TEST_LIMITS,
-    ModuleTests,
-    argument_errors,
-    invoke,
-    run_tests,
-)
+from nanocrab.handlers.capgen.sandboxed import TEST_LIMITS, ModuleTests, run_tests
 
 __all__ = [
     "INVOKE_LIMITS",

@@ -12,17 +12,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import jsonschema
-
-from nanocrab.events import CapabilityFinding, CapabilityInvoked, CapabilityTestResult
-from nanocrab.sandbox import CallResult, Limits, Mount, Sandbox, call_function
+from nanocrab.capabilities.invoke import LIMIT_HINTS
+from nanocrab.events import CapabilityFinding, CapabilityTestResult
+from nanocrab.sandbox import Limits, Mount, Sandbox, call_function
 
 TEST_LIMITS = Limits(fuel=1_000_000_000, timeout_s=5.0, memory_bytes=100 * 2**20)
 """Per test: ~16x the interpreter's start-up in fuel, 5 s, 100 MiB (seed 001: CPU 5 s,
 memory 100 MB)."""
-INVOKE_LIMITS = Limits(fuel=2_000_000_000, timeout_s=10.0, memory_bytes=128 * 2**20)
 
 MODULE_FILENAME = "<capability>"
 WORKDIR = "/data"
@@ -64,13 +61,6 @@ and runs one test; the generated code itself never sees ``exec``: the scanner fo
 
 SANDBOX_RULES = frozenset({"out_of_fuel", "timeout", "memory", "stack", "sandbox_error"})
 """Finding rules :func:`run_tests` adds; the test results already say the same per test."""
-
-_LIMIT_HINTS = {
-    "out_of_fuel": "ran out of fuel (an endless or far too long loop?)",
-    "timeout": "ran past its time limit",
-    "memory": "ran out of memory",
-    "stack": "overflowed the stack (runaway recursion?)",
-}
 
 
 @dataclass(frozen=True)
@@ -116,8 +106,8 @@ async def run_tests(
             passed, error = bool(value.get("passed")), str(value.get("error") or "")
         else:
             passed = False
-            if outcome in _LIMIT_HINTS:
-                rule, error = outcome, _LIMIT_HINTS[outcome]
+            if outcome in LIMIT_HINTS:
+                rule, error = outcome, LIMIT_HINTS[outcome]
             else:
                 rule = "sandbox_error"
                 error = call.error or call.sandbox.detail or f"the sandbox ended with {outcome}"
@@ -130,47 +120,4 @@ async def run_tests(
         findings=findings,
         outcome=worst,
         duration_ms=(time.perf_counter() - started) * 1000,
-    )
-
-
-def argument_errors(parameters: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
-    """Where ``arguments`` break the capability's JSON Schema, one line per problem."""
-    validator_cls = jsonschema.validators.validator_for(parameters)
-    validator = validator_cls(parameters)
-    out = []
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in error.absolute_path)
-        out.append(f"{where}: {error.message}" if where else error.message)
-    return out
-
-
-async def invoke(
-    sandbox: Sandbox,
-    *,
-    name: str,
-    version: str,
-    code: str,
-    entry: str,
-    arguments: dict[str, Any],
-    mounts: Sequence[Mount] = (),
-    limits: Limits = INVOKE_LIMITS,
-) -> tuple[CallResult, CapabilityInvoked]:
-    """Run ``entry(**arguments)`` of a capability's module in the sandbox (``mounts``: the
-    directories a module with file permissions works in, the first being its working
-    directory); returns the call's result and the ``capability.invoked`` event that records it
-    (for the caller to append)."""
-    call = await call_function(sandbox, code, entry, arguments, mounts=mounts, limits=limits)
-    result = call.sandbox
-    error = call.error
-    if not call.ok and error is None:
-        error = _LIMIT_HINTS.get(result.outcome) or result.detail or result.outcome
-    return call, CapabilityInvoked(
-        name=name,
-        version=version,
-        ok=call.ok,
-        outcome=result.outcome,
-        duration_ms=result.duration_ms,
-        peak_memory_bytes=result.peak_memory_bytes,
-        fuel_used=result.fuel_used,
-        error=error,
     )

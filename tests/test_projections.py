@@ -13,6 +13,7 @@ from nanocrab.bus import EventLog, Stored, Subjects
 from nanocrab.events import BusMalformed, ReplySent, RunCompleted, RunStarted, TaskSubmitted
 from nanocrab.projections import (
     DeadLettersProjection,
+    ProjectionFailed,
     Projector,
     RunTimelineProjection,
     checkpoints,
@@ -103,7 +104,7 @@ async def test_projector_crashed_mid_batch_resumes_exactly_once(
     total = await seed(log, 25)
     flaky = CrashAfter(RunTimelineProjection(), crash_at_seq=60)
     projector = Projector(log, engine, flaky, batch_size=40, catch_up_batch_size=40)
-    with pytest.raises(RuntimeError, match="mid-batch"):
+    with pytest.raises(ProjectionFailed, match="mid-batch"):
         await projector.catch_up()
     assert await projector.checkpoint() == 40, "the crashed batch rolled back entirely"
     assert await count(engine) == 40

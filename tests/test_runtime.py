@@ -28,6 +28,7 @@ from nanocrab.events import (
     Codec,
     Event,
     ReplySent,
+    RunCancelled,
     RunCompleted,
     RunStarted,
     TaskSubmitted,
@@ -267,3 +268,19 @@ async def test_long_work_sends_in_progress_acks_and_is_not_redelivered(log: Even
         await asyncio.sleep(1.5)  # a redelivery would have arrived by now
     assert reactor.calls == 1
     assert [e.type for e in await run_events(log, "r1")] == ["task.submitted", "run.started"]
+
+
+async def test_an_existing_consumer_gets_the_filters_of_a_newer_handler(log: EventLog) -> None:
+    """A data directory made by an older version keeps its durable; a handler that now consumes
+    more event types must still receive them (its position kept)."""
+
+    class Wider(EchoReactor):
+        consumes = (TaskSubmitted, RunCancelled)
+
+    old = HandlerRuntime(log, EchoReactor(), options=FAST)
+    await old.ensure_consumer()
+    new = HandlerRuntime(log, Wider(), options=FAST)
+    assert sorted(new.filters) != sorted(old.filters)
+    await new.ensure_consumer()
+    info = await log.js.consumer_info(log.cfg.log_stream, new.durable)
+    assert sorted(info.config.filter_subjects or []) == sorted(new.filters)

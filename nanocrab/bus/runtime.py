@@ -4,8 +4,10 @@ Per message: decode → dispatch → append reactions (pipelined, deterministic 
 comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
 redelivery whose reactions deduplicate. Malformed input and poison events are terminated and
 recorded as ``bus.malformed`` / ``bus.dead_lettered`` events (pointing at the original bytes by
-stream sequence); the loop goes on with the next message. Transient failures are nak'd with
-backoff until ``max_deliver``. The subscription is re-created after a server restart.
+stream sequence); the loop goes on with the next message. An event stored on another subject than
+its own (``bus/placement.py``) is malformed input: ``bus.malformed`` with kind ``invalid``.
+Transient failures are nak'd with backoff until ``max_deliver``. The subscription is re-created
+after a server restart.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.client import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
@@ -138,8 +141,8 @@ class HandlerRuntime:
         self.tracer = tracer or trace.get_tracer("nanocrab.bus")
         self.durable = reactor.name
         self.filters = sorted(
-            {log_.subjects.of_type(t.__struct_config__.tag) for t in reactor.consumes}
-        )  # type: ignore[arg-type]
+            {log_.subjects.of_type(str(t.__struct_config__.tag)) for t in reactor.consumes}
+        )
         self._stopping = asyncio.Event()
         self.processed = 0
         self.dead_lettered = 0
@@ -161,10 +164,21 @@ class HandlerRuntime:
         )
 
     async def ensure_consumer(self) -> None:
+        """Create the durable, or bring an existing one's filters up to this handler's: a newer
+        version of a handler may consume more event types than the consumer a data directory
+        already has (its position is kept; JetStream updates filters in place)."""
         js, stream = self.log.js, self.log.cfg.log_stream
         try:
-            await js.consumer_info(stream, self.durable)
+            info = await js.consumer_info(stream, self.durable)
         except nats.js.errors.NotFoundError:
+            await js.add_consumer(stream, config=self.consumer_config())
+            return
+        current = info.config.filter_subjects or (
+            [info.config.filter_subject] if info.config.filter_subject else []
+        )
+        if sorted(current) != sorted(self.filters):
+            log.info("handler %s: updating its consumer's filters to %s", self.durable,
+                     self.filters)  # fmt: skip
             await js.add_consumer(stream, config=self.consumer_config())
 
     def stop(self) -> None:
@@ -226,19 +240,14 @@ class HandlerRuntime:
             conn.cancel()
         await asyncio.sleep(0.1)
 
-    async def _fetch(self, sub: object, batch: int) -> list[Msg]:
+    async def _fetch(self, sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
         """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error.
 
         No idle heartbeat: nats-py reuses it on its follow-up request with the *remaining*
         expiry, which the server rejects as "heartbeat value too large" once little time is left
         (and the messages already delivered to that fetch wait out ``ack_wait``). A short fetch
         timeout bounds a stalled pull instead, and reconnects re-create the subscription."""
-        fetch = asyncio.ensure_future(
-            sub.fetch(  # type: ignore[attr-defined]
-                batch,
-                timeout=self.opts.fetch_timeout_s,
-            )
-        )
+        fetch = asyncio.ensure_future(sub.fetch(batch, timeout=self.opts.fetch_timeout_s))
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -264,14 +273,10 @@ class HandlerRuntime:
     async def _process(self, msg: Msg) -> None:
         meta = msg.metadata
         try:
-            event = self.log.codec.decode(msg.data)
+            # a misplaced event (bus/placement.py) raises too: dead-lettered, never handled
+            event = self.log.decode(msg.data, subject=msg.subject)
         except EventDecodeError as exc:
-            await self._dead_letter(msg, BusMalformed, exc.kind.value, exc.message)  # type: ignore[arg-type]
-            return
-        if not self.log.subjects.matches_type(msg.subject, event.type):
-            await self._dead_letter(
-                msg, BusMalformed, "invalid", f"{event.type} published on subject {msg.subject}"
-            )
+            await self._dead_letter(msg, BusMalformed, exc.kind.value, exc.message)
             return
         if not isinstance(event, self.reactor.consumes):
             await msg.ack()

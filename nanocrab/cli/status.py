@@ -1,4 +1,9 @@
-"""What ``nanocrab status`` gathers: streams, handler consumers, projections, dead letters."""
+"""What ``nanocrab status`` gathers: streams, handler consumers, projections, dead letters.
+
+A projection's entry is its checkpoint (``position``), how many matching events it has not
+applied (``behind``, counted by the server from the checkpoint on, so a projector that stopped
+shows its lag), and the error it is stuck on (``error``, ``attempts``), if any.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab.bus import EventLog
-from nanocrab.projections import Projector, all_projections, dead_letters
+from nanocrab.projections import Projector, all_projections, dead_letters, failures
 
 
 async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
@@ -39,11 +44,25 @@ async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
         )
     out["dead_letters"] = int(count or 0)
     if "projection_checkpoints" in tables:
+        stuck = await _failures(engine) if failures.name in tables else {}
         for projection in all_projections():
             projector = Projector(log, engine, projection)
+            position = await projector.checkpoint()
+            failure = stuck.get(projection.name)
+            if failure is not None and position > failure["position"]:
+                failure = None  # it has applied events since: the failure is history
             out["projections"].append({
                 "name": projection.name,
-                "position": await projector.checkpoint(),
+                "position": position,
                 "behind": await projector.behind(),
+                "error": failure["error"] if failure else None,
+                "attempts": failure["attempts"] if failure else 0,
             })  # fmt: skip
     return out
+
+
+async def _failures(engine: AsyncEngine) -> dict[str, dict[str, Any]]:
+    """The last recorded failure of each projection (``projection_failures``), by name."""
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(failures))).mappings().all()
+    return {r["name"]: dict(r) for r in rows}

@@ -52,12 +52,12 @@ class _Envelope(msgspec.Struct, kw_only=True):
     causationid: str | None = None
     correlationid: str | None = None
     traceparent: str | None = None
-    schemaversion: int = 1
+    schemaversion: int | msgspec.UnsetType = msgspec.UNSET  # read as 1; unset, to say so
 
 
 class _Wire(_Envelope, kw_only=True):
     type: str
-    data: msgspec.Raw = msgspec.Raw(b"{}")
+    data: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # read as {}; unset, to say so
 
 
 # One struct per event type whose ``data`` is that type's data struct, all in one tagged union:
@@ -73,7 +73,7 @@ _TYPED_WIRES: dict[type[msgspec.Struct], type[Event]] = {
     ): cls
     for tag, cls in EVENT_TYPES.items()
 }
-_fast_decoder = msgspec.json.Decoder(Union[tuple(_TYPED_WIRES)])  # type: ignore[valid-type]  # noqa: UP007
+_fast_decoder = msgspec.json.Decoder(Union[tuple(_TYPED_WIRES)])  # noqa: UP007
 _wire_decoder = msgspec.json.Decoder(_Wire)
 _encoder = msgspec.json.Encoder()
 _PAYLOAD_FIELDS = {name: payload_fields(cls) for name, cls in EVENT_TYPES.items()}
@@ -146,10 +146,10 @@ class Codec:
         except msgspec.DecodeError:
             pass  # not the common case: the general path below says precisely what is wrong
         else:
-            cls = _TYPED_WIRES[type(fast)]
-            if fast.schemaversion == cls.schema_version:
+            fast_cls = _TYPED_WIRES[type(fast)]
+            if fast.schemaversion == fast_cls.schema_version:
                 _check_envelope(fast)
-                return _build(cls, fast, msgspec.structs.asdict(fast.data))  # type: ignore[attr-defined]
+                return _build(fast_cls, fast, msgspec.structs.asdict(fast.data))
         try:
             wire = _wire_decoder.decode(raw)
         except msgspec.ValidationError as exc:
@@ -163,31 +163,55 @@ class Codec:
                 DecodeErrorKind.UNKNOWN_TYPE, f"unknown event type {wire.type!r}"
             )
         data_type = DATA_STRUCTS[wire.type]
+        version = 1 if wire.schemaversion is msgspec.UNSET else wire.schemaversion
+        raw_data = msgspec.Raw(b"{}") if wire.data is msgspec.UNSET else wire.data
+        what = f"{wire.type} data{' (absent, read as {})' if wire.data is msgspec.UNSET else ''}"
         try:
-            if wire.schemaversion == cls.schema_version:
-                data = msgspec.json.decode(wire.data, type=data_type)
-            elif wire.schemaversion < cls.schema_version and wire.schemaversion >= 1:
-                old = msgspec.json.decode(wire.data, type=dict[str, Any])
+            if version == cls.schema_version:
+                data = msgspec.json.decode(raw_data, type=data_type)
+            elif version < cls.schema_version and version >= 1:
+                old = msgspec.json.decode(raw_data, type=dict[str, Any])
                 new = self._upcasters.upcast(
-                    wire.type, old, from_version=wire.schemaversion, to_version=cls.schema_version
+                    wire.type, old, from_version=version, to_version=cls.schema_version
                 )
                 data = msgspec.convert(new, type=data_type)
             else:
                 raise EventDecodeError(
                     DecodeErrorKind.UNSUPPORTED_VERSION,
-                    f"{wire.type} schema v{wire.schemaversion}; this code knows "
-                    f"v1..v{cls.schema_version}",
+                    f"{wire.type} schema v{version}; this code knows v1..v{cls.schema_version}",
                 )
         except msgspec.ValidationError as exc:
-            raise EventDecodeError(DecodeErrorKind.INVALID, f"{wire.type} data: {exc}") from exc
+            if wire.schemaversion is msgspec.UNSET and version != cls.schema_version:
+                raise _version_missing(wire.type, cls.schema_version, exc) from exc
+            raise EventDecodeError(DecodeErrorKind.INVALID, f"{what}: {exc}") from exc
         except msgspec.DecodeError as exc:
-            raise EventDecodeError(DecodeErrorKind.MALFORMED, f"{wire.type} data: {exc}") from exc
+            raise EventDecodeError(DecodeErrorKind.MALFORMED, f"{what}: {exc}") from exc
         except (UpcastError, KeyError, TypeError, ValueError) as exc:
+            if wire.schemaversion is msgspec.UNSET:
+                raise _version_missing(wire.type, cls.schema_version, exc) from exc
             raise EventDecodeError(
                 DecodeErrorKind.UNSUPPORTED_VERSION,
-                f"{wire.type} v{wire.schemaversion} could not be upcast: {exc!r}",
+                f"{wire.type} v{version} could not be upcast: {_why(exc)}",
             ) from exc
         return _build(cls, wire, msgspec.structs.asdict(data))
+
+
+def _version_missing(event_type: str, current: int, exc: Exception) -> EventDecodeError:
+    """An event without ``schemaversion`` whose data is not valid as v1 (how it is read): most
+    likely current data from a publisher that left the attribute out."""
+    return EventDecodeError(
+        DecodeErrorKind.INVALID,
+        f'{event_type}: "schemaversion" is missing, so its data was read as v1, and as v1 it is '
+        f'not valid ({_why(exc)}); the current version is {current}: set "schemaversion": '
+        f"{current}",
+    )
+
+
+def _why(exc: Exception) -> str:
+    """An upcast or validation failure in words (a bare ``KeyError('prompt')`` says little)."""
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r} field"
+    return str(exc)
 
 
 def _check_envelope(wire: _Envelope) -> None:

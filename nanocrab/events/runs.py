@@ -42,7 +42,10 @@ class RunCompleted(Event, frozen=True, tag="run.completed"):
 
 
 class RunFailed(Event, frozen=True, tag="run.failed"):
-    kind: Literal["llm", "tool", "timeout", "max_steps", "internal"]
+    """``rejected``: the run never started, its ``task.submitted`` was refused (see
+    ``handlers/orchestrator/rejections.py``)."""
+
+    kind: Literal["llm", "tool", "timeout", "max_steps", "internal", "rejected"]
     reason: str
 
 

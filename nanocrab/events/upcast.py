@@ -47,6 +47,8 @@ default_upcasters = UpcasterRegistry()
 @default_upcasters.register("task.submitted", 1)
 def _task_submitted_v1_to_v2(data: Data) -> Data:
     """v1 called the task text ``prompt`` and had no agent profile."""
+    if "prompt" not in data:
+        raise UpcastError('v1 data needs "prompt", the task text, and has none')
     data["text"] = data.pop("prompt")
     data.setdefault("agent", "default")
     return data

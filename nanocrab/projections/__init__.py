@@ -16,7 +16,7 @@ from nanocrab.projections.audit import (
     pending_approvals,
     violations,
 )
-from nanocrab.projections.base import Projection, ProjectionError
+from nanocrab.projections.base import Projection, ProjectionError, ProjectionFailed
 from nanocrab.projections.capabilities import (
     CapabilitiesProjection,
     CapabilityDetail,
@@ -27,7 +27,7 @@ from nanocrab.projections.capabilities import (
     capability_stats,
     list_capabilities,
 )
-from nanocrab.projections.db import checkpoints, default_url, make_engine, metadata
+from nanocrab.projections.db import checkpoints, default_url, failures, make_engine, metadata
 from nanocrab.projections.deadletters import (
     DeadLettersProjection,
     dead_letters,
@@ -68,11 +68,16 @@ async def catch_up_projection(log: EventLog, engine: AsyncEngine, name: str) -> 
     try:
         await projector.setup()
         return await projector.catch_up()
-    except (OperationalError, IntegrityError) as exc:
-        logging.getLogger(__name__).warning(
-            "projection %s not brought up to date (another writer?): %s", name, exc.orig
-        )
-        return 0
+    except ProjectionFailed as exc:
+        if not isinstance(exc.__cause__, OperationalError | IntegrityError):
+            raise
+        clash = exc.reason
+    except OperationalError as exc:
+        clash = str(exc.orig)
+    logging.getLogger(__name__).warning(
+        "projection %s not brought up to date (another writer?): %s", name, clash
+    )
+    return 0
 
 
 __all__ = [
@@ -86,6 +91,7 @@ __all__ = [
     "DeadLettersProjection",
     "Projection",
     "ProjectionError",
+    "ProjectionFailed",
     "Projector",
     "RunTimelineProjection",
     "SessionsProjection",
@@ -101,6 +107,7 @@ __all__ = [
     "checkpoints",
     "dead_letters",
     "default_url",
+    "failures",
     "list_capabilities",
     "list_dead_letters",
     "make_engine",

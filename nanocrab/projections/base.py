@@ -15,16 +15,42 @@ class ProjectionError(Exception):
     """Root of every error raised by ``nanocrab.projections``."""
 
 
+class ProjectionFailed(ProjectionError):
+    """A projection could not apply the events after its checkpoint ``position``: nothing of
+    the batch was kept, the checkpoint did not move. ``reason`` is the underlying error (the
+    exception is chained); the failure is also recorded in ``projection_failures``."""
+
+    def __init__(self, name: str, position: int, reason: str, *, attempts: int = 1) -> None:
+        super().__init__(
+            f"projection {name} cannot apply the events after seq {position}: {reason}"
+        )
+        self.name = name
+        self.position = position
+        self.reason = reason
+        self.attempts = attempts  # consecutive failures at this position, in this process
+
+
 class Projection(Protocol):
     """A read model built from the log.
 
     ``apply`` receives events in log order that were never applied before (the projector skips
     anything at or below the stored checkpoint) and runs in the same transaction that advances
     the checkpoint, so it must not commit. Undecodable messages arrive with ``event=None``.
+
+    ``apply`` must be idempotent on event id: the log can hold a second copy of an event (a
+    re-send after the duplicate window; docs/events.md, Guarantees), at a later sequence, and
+    that copy must change nothing — however many events came in between, in this batch or an
+    earlier one. Projections keyed by event id insert with ``bulk_insert(...,
+    unless_exists="event_id")``; those that fold events into state filter their batch through
+    ``first_copies`` (``projections/db.py``).
     """
 
     name: str
-    tables: Sequence[Table]
+
+    @property
+    def tables(self) -> Sequence[Table]:
+        """The projection's own tables (a class attribute in implementations)."""
+        ...
 
     def subject_filter(self, subjects: Subjects) -> str: ...
 

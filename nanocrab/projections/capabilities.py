@@ -4,6 +4,8 @@ Built from ``capability.*``: ``registered`` makes a version current (and revives
 capability; a disabled one stays disabled until someone enables it), ``enabled`` / ``disabled``
 / ``removed`` change what may be invoked, ``invoked`` adds a row to the invocation statistics.
 Generation attempts that were never registered leave no trace here (they are in the log).
+Each event is applied once by id (``capabilities_applied_events``), so the log may hold a second
+copy of one.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from nanocrab.events import (
     CapabilityRegistered,
     CapabilityRemoved,
 )
-from nanocrab.projections.db import as_utc, bulk_insert, metadata
+from nanocrab.projections.db import applied_events, as_utc, bulk_insert, first_copies, metadata
 
 capabilities = Table(
     "capabilities",
@@ -88,17 +90,22 @@ capability_invocations = Table(
     Index("ix_capability_invocations_name", "name", "seq"),
 )
 
+capability_events = applied_events("capabilities")
+"""Every capability event applied, by id: a second copy of one (say a ``disabled`` re-sent after
+an ``enabled``) changes nothing."""
+
 
 class CapabilitiesProjection:
     name = "capabilities"
-    tables = (capabilities, capability_versions, capability_invocations)
+    tables = (capabilities, capability_versions, capability_invocations, capability_events)
 
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.*.capability.>"
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
         invocations: list[dict[str, Any]] = []
-        for s in batch:
+        relevant = [s for s in batch if isinstance(s.event, _KINDS)]
+        for s in await first_copies(conn, capability_events, relevant):
             match s.event:
                 case CapabilityRegistered() as e:
                     await _register(conn, s.seq, e)
@@ -117,6 +124,13 @@ class CapabilitiesProjection:
                 case _:
                     continue
         await bulk_insert(conn, capability_invocations, invocations)
+
+
+_KINDS = (
+    CapabilityRegistered, CapabilityEnabled, CapabilityDisabled, CapabilityRemoved,
+    CapabilityInvoked,
+)  # fmt: skip
+"""What changes the registry (the rest of ``capability.*`` is generation history)."""
 
 
 async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) -> None:
@@ -225,7 +239,7 @@ class CapabilityStats(NamedTuple):
     """Invocation statistics. Times in milliseconds; ``success_rate`` in [0, 1]; ``None``
     where there are no invocations to average."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count, on purpose
     success_rate: float | None
     avg_ms: float | None
     p95_ms: float | None

@@ -1,4 +1,5 @@
-"""Engines and the checkpoint table shared by every projection."""
+"""Engines and the tables shared by every projection: checkpoints and failures; inserting
+rows once per event id."""
 
 from __future__ import annotations
 
@@ -8,8 +9,23 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, event, insert
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    event,
+    insert,
+    select,
+)
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from nanocrab.bus import Stored
 
 metadata = MetaData()
 
@@ -20,6 +36,19 @@ checkpoints = Table(
     Column("stream_seq", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+failures = Table(
+    "projection_failures",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("position", BigInteger, nullable=False),  # the checkpoint it could not move past
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+"""The last failure of each projection that could not apply a batch. It is current while the
+projection's checkpoint is still at ``position``; once the checkpoint moves on it is history."""
 
 
 def _sqlite_datetime(value: datetime | None) -> str | None:
@@ -34,8 +63,18 @@ def _sqlite_datetime(value: datetime | None) -> str | None:
 _SQLITE_DATETIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
-async def bulk_insert(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+async def bulk_insert(
+    conn: AsyncConnection,
+    table: Table,
+    rows: Sequence[dict[str, Any]],
+    *,
+    unless_exists: str | None = None,
+) -> None:
     """Insert ``rows`` (dicts with the same keys) with one ``executemany``.
+
+    ``unless_exists`` names a unique column: a row whose value there is already stored, or
+    came earlier in ``rows``, is skipped (the first one stays). That is how a projection keyed by
+    event id ignores a second copy of an event.
 
     On SQLite this hands values straight to the driver: SQLAlchemy's per-row bind processing was
     half of a rebuild's time. Datetimes are stored as UTC in SQLAlchemy's own SQLite format, so
@@ -44,8 +83,17 @@ async def bulk_insert(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
     """
     if not rows:
         return
+    if conn.dialect.name == "postgresql":
+        stmt = postgresql.insert(table)
+        if unless_exists is not None:
+            stmt = stmt.on_conflict_do_nothing(index_elements=[unless_exists])
+        await conn.execute(stmt, list(rows))
+        return
     if conn.dialect.name != "sqlite":
-        await conn.execute(insert(table), list(rows))
+        if unless_exists is not None:
+            rows = await _not_stored(conn, table, unless_exists, rows)
+        if rows:
+            await conn.execute(insert(table), list(rows))
         return
     cols = list(rows[0])
     getter = itemgetter(*cols)
@@ -60,7 +108,72 @@ async def bulk_insert(conn: AsyncConnection, table: Table, rows: Sequence[dict[s
             converted.append(tuple(values))
         params = converted
     sql = f'INSERT INTO "{table.name}" ({", ".join(cols)}) VALUES ({", ".join("?" for _ in cols)})'
+    if unless_exists is not None:
+        sql += f' ON CONFLICT ("{unless_exists}") DO NOTHING'
     await conn.exec_driver_sql(sql, params)
+
+
+async def _not_stored(
+    conn: AsyncConnection, table: Table, key: str, rows: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``rows`` without those whose ``key`` is stored already or repeats an earlier row's."""
+    seen = set(await _stored_keys(conn, table, key, {r[key] for r in rows}))
+    out = []
+    for r in rows:
+        if r[key] not in seen:
+            seen.add(r[key])
+            out.append(r)
+    return out
+
+
+_KEYS_PER_QUERY = 500  # far below every backend's bound-parameter limit
+
+
+async def _stored_keys(
+    conn: AsyncConnection, table: Table, key: str, values: set[Any]
+) -> list[Any]:
+    found: list[Any] = []
+    ordered = sorted(values)
+    for i in range(0, len(ordered), _KEYS_PER_QUERY):
+        chunk = ordered[i : i + _KEYS_PER_QUERY]
+        found += (await conn.execute(select(table.c[key]).where(table.c[key].in_(chunk)))).scalars()
+    return found
+
+
+def applied_events(projection: str) -> Table:
+    """A table of the ids of the events ``projection`` has applied, with their sequence.
+
+    For projections that fold events into state (rather than store one row per event): with
+    :func:`first_copies` it makes a second copy of an event (the log can hold two, see
+    docs/events.md, Guarantees) change nothing, whatever came in between.
+    """
+    return Table(
+        f"{projection}_applied_events",
+        metadata,
+        Column("event_id", String(64), primary_key=True),
+        Column("seq", BigInteger, nullable=False),
+    )
+
+
+async def first_copies(
+    conn: AsyncConnection, applied: Table, batch: Sequence[Stored]
+) -> list[Stored]:
+    """The events of ``batch`` whose id ``applied`` (see :func:`applied_events`) has not seen,
+    each id once, in log order; their ids are recorded in the same transaction. Messages that
+    did not decode are left out."""
+    decoded = [(s, s.event.id) for s in batch if s.event is not None]
+    if not decoded:
+        return []
+    seen = set(await _stored_keys(conn, applied, "event_id", {eid for _, eid in decoded}))
+    out: list[Stored] = []
+    rows: list[dict[str, Any]] = []
+    for s, eid in decoded:
+        if eid not in seen:
+            seen.add(eid)
+            out.append(s)
+            rows.append({"event_id": eid, "seq": s.seq})
+    await bulk_insert(conn, applied, rows)
+    return out
 
 
 def as_utc(value: datetime) -> datetime:

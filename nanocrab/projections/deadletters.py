@@ -53,7 +53,8 @@ class DeadLettersProjection:
             for s in batch
             if isinstance(e := s.event, BusMalformed | BusDeadLettered)
         ]
-        await bulk_insert(conn, dead_letters, rows)
+        # a record's id is derived from (handler, stream position): a second copy adds nothing
+        await bulk_insert(conn, dead_letters, rows, unless_exists="event_id")
 
 
 async def list_dead_letters(engine: AsyncEngine, limit: int = 100) -> list[dict[str, object]]:

@@ -6,6 +6,10 @@ mid-batch rolls the whole batch back and the projector resumes from the checkpoi
 an ordered push consumer (fast; ~7x a durable pull here) that is re-created from the checkpoint
 after a server restart, so no handler consumer is involved and nothing server-side needs to
 survive.
+
+A batch that cannot be applied raises :class:`ProjectionFailed`, which is also recorded in
+``projection_failures`` (``nanocrab status`` shows it with the lag) and logged; while following
+the log the projector retries from its checkpoint with backoff, so it never stops silently.
 """
 
 from __future__ import annotations
@@ -16,19 +20,23 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from sqlalchemy import delete, insert, select, update
+from nats.js.client import JetStreamContext
+from sqlalchemy import Table, delete, insert, inspect, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import EventLog, Stored, Window
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.replay import Position, consumer_config, position, to_stored
-from nanocrab.projections.base import Projection
-from nanocrab.projections.db import checkpoints, metadata
+from nanocrab.projections.base import Projection, ProjectionFailed, SparseProjection
+from nanocrab.projections.db import checkpoints, failures, metadata
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +62,11 @@ class Projector:
         catch_up_batch_size: int = 5000,
         idle_flush_s: float = 0.005,
         stall_s: float = 6.0,
+        retry_s: float = 1.0,
+        retry_max_s: float = 30.0,
     ) -> None:
+        """``retry_s`` is the first pause after a failed batch while following the log; it
+        doubles per failure up to ``retry_max_s``."""
         self.log = log_
         self.engine = engine
         self.projection = projection
@@ -62,6 +74,9 @@ class Projector:
         self.catch_up_batch_size = catch_up_batch_size
         self.idle_flush_s = idle_flush_s
         self.stall_s = stall_s
+        self.retry_s = retry_s
+        self.retry_max_s = retry_max_s
+        self.failure: ProjectionFailed | None = None  # the last batch failed with this
         self.position = 0
         self._lazy_seq = 0  # a position not yet written (only ignored events since)
         self._flushed_at = 0.0
@@ -73,10 +88,23 @@ class Projector:
         return self.projection.name
 
     async def setup(self) -> None:
-        """Create the projection's tables and the checkpoint table if missing."""
-        tables = [checkpoints, *self.projection.tables]
+        """Create the projection's tables and the shared ones if missing.
+
+        When one of its tables is missing or has other columns than this version defines (an
+        upgrade changed them), all of them are dropped with the checkpoint: the projection is
+        rebuilt from the log, as read models are disposable.
+        """
+        own = list(self.projection.tables)
         async with self.engine.begin() as conn:
-            await conn.run_sync(metadata.create_all, tables=tables)
+            await conn.run_sync(metadata.create_all, tables=[checkpoints, failures])
+            outdated = await conn.run_sync(_outdated, own)
+            if outdated is not None:
+                if await _read_checkpoint(conn, self.name):
+                    log.warning("projection %s: %s; rebuilding it from the log", self.name,
+                                outdated)  # fmt: skip
+                await conn.run_sync(metadata.drop_all, tables=own)
+                await conn.execute(delete(checkpoints).where(checkpoints.c.name == self.name))
+                await conn.run_sync(metadata.create_all, tables=own)
         self.position = await self.checkpoint()
         self._flushed_at = time.monotonic()
         self._ready = True
@@ -91,17 +119,30 @@ class Projector:
         if relevant is not None and batch and not any(relevant(s) for s in batch):
             self.position = max(self.position, batch[-1].seq)
             self._lazy_seq = self.position
-            if time.monotonic() - self._flushed_at >= self.projection.lazy_checkpoint_s:  # type: ignore[attr-defined]
+            sparse = cast(SparseProjection, self.projection)  # it has ``relevant``: a sparse one
+            if time.monotonic() - self._flushed_at >= sparse.lazy_checkpoint_s:
                 await self.flush_checkpoint()
             return 0
-        async with self.engine.begin() as conn:
-            current = await _read_checkpoint(conn, self.name)
-            fresh = [s for s in batch if s.seq > current]
-            if not fresh:
-                self.position = current
-                return 0
-            await self.projection.apply(conn, fresh)
-            await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
+        try:
+            async with self.engine.begin() as conn:
+                current = await _read_checkpoint(conn, self.name)
+                fresh = [s for s in batch if s.seq > current]
+                if not fresh:
+                    self.position = current
+                    return 0
+                await self.projection.apply(conn, fresh)
+                await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
+                if self.failure is not None:
+                    await conn.execute(delete(failures).where(failures.c.name == self.name))
+        # whatever a projection's apply raises (a database error, a bug) stops it at this batch;
+        # it is translated, recorded and re-raised, never swallowed
+        except Exception as exc:
+            await self._failed(exc)
+            assert self.failure is not None
+            raise self.failure from exc
+        if self.failure is not None:
+            log.warning("projection %s: applying again after %s", self.name, self.failure.reason)
+            self.failure = None
         self.position = fresh[-1].seq
         self._lazy_seq, self._flushed_at = 0, time.monotonic()
         return len(fresh)
@@ -111,10 +152,16 @@ class Projector:
         seq, self._lazy_seq, self._flushed_at = self._lazy_seq, 0, time.monotonic()
         if not seq:
             return
-        async with self.engine.begin() as conn:
-            current = await _read_checkpoint(conn, self.name)
-            if seq > current:
-                await _write_checkpoint(conn, self.name, seq, existed=current > 0)
+        try:
+            async with self.engine.begin() as conn:
+                current = await _read_checkpoint(conn, self.name)
+                if seq > current:
+                    await _write_checkpoint(conn, self.name, seq, existed=current > 0)
+        except SQLAlchemyError as exc:
+            self._lazy_seq = max(self._lazy_seq, seq)  # still to be written
+            await self._failed(exc)
+            assert self.failure is not None
+            raise self.failure from exc
 
     async def behind(self) -> int:
         """How many events matching this projection's filter it has not applied yet."""
@@ -145,6 +192,7 @@ class Projector:
         if not self._ready:
             await self.setup()
         reconnects = reconnects_of(self.log.nc)
+        pause = self.retry_s
         while not self._stopping.is_set():
             try:
                 await self._follow(reconnects.generation)
@@ -153,6 +201,14 @@ class Projector:
                     break
                 log.info("projector %s: re-subscribing after %r", self.name, exc)
                 await asyncio.sleep(0.25)
+            except ProjectionFailed as exc:
+                cause = exc.__cause__ if exc.attempts == 1 else None
+                log.error("%s; retrying in %.1fs", exc, pause, exc_info=cause)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), pause)
+                pause = min(pause * 2, self.retry_max_s)
+                continue
+            pause = self.retry_s
         with contextlib.suppress(Exception):
             await self.flush_checkpoint()
 
@@ -173,10 +229,11 @@ class Projector:
             return 0
         # throughput over latency: big batches, fewer round trips to the database thread
         queue, sub = await self._subscribe(idle_flush_s=0.25, size=self.catch_up_batch_size)
-        info = await sub.consumer_info()  # type: ignore[attr-defined]
+        info = await sub.consumer_info()
+        assert info.delivered is not None  # the server always reports it
         if not info.num_pending and not info.delivered.consumer_seq and not queue.buf:
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await sub.unsubscribe()  # type: ignore[attr-defined]
+                await sub.unsubscribe()
             if progress:
                 progress(total, total)
             return 0  # nothing after the checkpoint matches this projection
@@ -214,7 +271,7 @@ class Projector:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await sub.unsubscribe()  # type: ignore[attr-defined]
+                await sub.unsubscribe()
         await self.flush_checkpoint()
         if progress:
             progress(total, total)
@@ -224,15 +281,16 @@ class Projector:
         """Drop the projection's rows and checkpoint, then replay the whole log into it."""
         async with self.engine.begin() as conn:
             await conn.run_sync(metadata.drop_all, tables=list(self.projection.tables))
-            await conn.run_sync(metadata.create_all, tables=[checkpoints])
+            await conn.run_sync(metadata.create_all, tables=[checkpoints, failures])
             await conn.execute(delete(checkpoints).where(checkpoints.c.name == self.name))
+            await conn.execute(delete(failures).where(failures.c.name == self.name))
         self._ready = False
         await self.setup()
         return await self.catch_up(progress)
 
     async def _subscribe(
         self, *, idle_flush_s: float | None = None, size: int | None = None
-    ) -> tuple[_Batcher, object]:
+    ) -> tuple[_Batcher, JetStreamContext.PushSubscription]:
         batcher = _Batcher(size or self.batch_size, idle_flush_s or self.idle_flush_s)
         sub = await self.log.js.subscribe(
             self.projection.subject_filter(self.log.subjects),
@@ -247,9 +305,36 @@ class Projector:
         return batcher, sub
 
     @staticmethod
-    async def _pending(sub: object) -> int:
-        info = await sub.consumer_info()  # type: ignore[attr-defined]
+    async def _pending(sub: JetStreamContext.PushSubscription) -> int:
+        info = await sub.consumer_info()
         return int(info.num_pending or 0)
+
+    async def _failed(self, exc: Exception) -> None:
+        """Remember and record (in a transaction of its own) that the batch after ``position``
+        failed with ``exc``. A database that cannot take the record is logged, not raised: the
+        failure itself is what the caller raises."""
+        reason = _reason(exc)
+        before = self.failure
+        again = before is not None and before.position == self.position
+        attempts = before.attempts + 1 if before is not None and again else 1
+        self.failure = ProjectionFailed(self.name, self.position, reason, attempts=attempts)
+        now = datetime.now(UTC)
+        try:
+            async with self.engine.begin() as conn:
+                await conn.run_sync(metadata.create_all, tables=[failures])
+                query = select(failures).where(failures.c.name == self.name)
+                row = (await conn.execute(query)).mappings().first()
+                same = row is not None and row["position"] == self.position
+                await conn.execute(delete(failures).where(failures.c.name == self.name))
+                await conn.execute(
+                    insert(failures).values(
+                        name=self.name, position=self.position, error=reason,
+                        attempts=row["attempts"] + 1 if row is not None and same else 1,
+                        since=row["since"] if row is not None and same else now, updated_at=now,
+                    )
+                )  # fmt: skip
+        except SQLAlchemyError as record_exc:
+            log.error("projection %s: could not record its failure: %s", self.name, record_exc)
 
     async def _follow(self, generation: int) -> None:
         reconnects = reconnects_of(self.log.nc)
@@ -265,9 +350,33 @@ class Projector:
                         batch += await queue.take(0) or []
                 if batch:
                     await self.apply_batch([to_stored(self.log, m, p) for m, p in batch])
+                elif self._lazy_seq:
+                    # idle: write the position reached through ignored events, so the lag that
+                    # `status` computes from the checkpoint is the real one
+                    await self.flush_checkpoint()
         finally:
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
                 await sub.unsubscribe()
+
+
+def _reason(exc: Exception) -> str:
+    """The error in a line or a few: a database error without its SQL statement and parameters
+    (they can hold a whole batch)."""
+    inner = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    return f"{type(inner).__name__}: {inner}"[:2000]
+
+
+def _outdated(conn: Connection, tables: Sequence[Table]) -> str | None:
+    """Why ``tables`` as stored are not what this version defines (``None`` when they are)."""
+    inspector = inspect(conn)
+    stored = set(inspector.get_table_names())
+    for t in tables:
+        if t.name not in stored:
+            return f"table {t.name} does not exist"
+        columns = {c["name"] for c in inspector.get_columns(t.name)}
+        if columns != set(t.c.keys()):
+            return f"the columns of table {t.name} changed"
+    return None
 
 
 async def _read_checkpoint(conn: AsyncConnection, name: str) -> int:

@@ -19,7 +19,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    delete,
     select,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -32,6 +31,7 @@ session_messages = Table(
     "session_messages",
     metadata,
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", String(64), nullable=False, unique=True),
     Column("session_id", String(128), nullable=False),
     Column("run_id", String(128), nullable=False),
     Column("role", String(16), nullable=False),
@@ -58,7 +58,7 @@ class SessionsProjection:
         return f"{subjects.root}.>"
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
-        rows = []
+        rows, archives = [], []
         for s in batch:
             e = s.event
             if e is None or not e.session_id or not e.run_id:
@@ -71,25 +71,20 @@ class SessionsProjection:
                 case ReplySent(text=text):
                     role = "assistant"
                 case SessionArchived():
-                    await conn.execute(
-                        delete(archived_sessions).where(
-                            archived_sessions.c.session_id == e.session_id
-                        )
-                    )
-                    await conn.execute(
-                        archived_sessions.insert().values(
-                            session_id=e.session_id, archived=True,
-                            next_session_id=e.next_session_id, time=e.time,
-                        )
-                    )  # fmt: skip
+                    archives.append({
+                        "session_id": e.session_id, "archived": True,
+                        "next_session_id": e.next_session_id, "time": e.time,
+                    })  # fmt: skip
                     continue
                 case _:
                     continue
             rows.append({
-                "seq": s.seq, "session_id": e.session_id, "run_id": e.run_id,
+                "seq": s.seq, "event_id": e.id, "session_id": e.session_id, "run_id": e.run_id,
                 "role": role, "text": text, "time": e.time,
             })  # fmt: skip
-        await bulk_insert(conn, session_messages, rows)
+        # a second copy of an event adds nothing; a session is archived once (the first wins)
+        await bulk_insert(conn, session_messages, rows, unless_exists="event_id")
+        await bulk_insert(conn, archived_sessions, archives, unless_exists="session_id")
 
 
 async def session_history(

@@ -108,7 +108,8 @@ class RunTimelineProjection:
             for s in batch
             if s.event is not None
         ]
-        await bulk_insert(conn, run_timeline, rows)
+        # a second copy of an event (a re-send after the duplicate window) adds nothing
+        await bulk_insert(conn, run_timeline, rows, unless_exists="event_id")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,11 @@ on the whole run (``Nats-Expected-Last-Subject-Sequence-Subject``): if anything 
 the run since the state was loaded, the decision is dropped and the newer event decides instead.
 So redeliveries, restarts and several orchestrator instances never make two decisions for one
 state.
+
+It also consumes its own dead letters, to reject a task it could not start on the task's run
+(``rejections.py``): a task that does not decode, and one whose id is already another event's
+(its decision, whose ids derive from the task's, would be dropped as a duplicate of that event's
+reactions, so the run would silently never start).
 """
 
 from __future__ import annotations
@@ -15,11 +20,15 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
+import nats.errors
+
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
-from nanocrab.bus.errors import BusError
-from nanocrab.bus.runtime import append_reaction
+from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
+from nanocrab.bus.runtime import append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
+    BusDeadLettered,
+    BusMalformed,
     Event,
     LlmRequested,
     ReplySent,
@@ -27,11 +36,13 @@ from nanocrab.events import (
     RunFailed,
     RunStarted,
     SubagentSpawned,
+    TaskSubmitted,
     ToolRequested,
     ToolSkipped,
     utcnow,
 )
 from nanocrab.handlers.orchestrator.decide import deadline, decide
+from nanocrab.handlers.orchestrator.rejections import DeadLetter, TaskRejected, reject, task_run
 from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.runstate import RunState, Trust
 
@@ -53,7 +64,7 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
 
 class Orchestrator:
     name = "orchestrator"
-    consumes = RUN_EVENTS
+    consumes: tuple[type[Event], ...] = (*RUN_EVENTS, BusMalformed, BusDeadLettered)
 
     def __init__(
         self,
@@ -71,12 +82,59 @@ class Orchestrator:
         self.watchdog_interval_s = watchdog_interval_s
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
+        if isinstance(event, BusMalformed | BusDeadLettered):
+            return await self._answer(event)
         if event.run_id is None:
+            if isinstance(event, TaskSubmitted):
+                raise TaskRejected("a task.submitted needs a runid (a new ULID) to start a run")
             return []
         if event.source == self.name and isinstance(event, QUIET_OWN_EVENTS):
             return []  # its own decision: the state it leads to waits on someone else
-        _, reaction = await self._decide(event.run_id)
+        state, reaction = await self._decide(event.run_id)
+        if isinstance(event, TaskSubmitted) and state.status == "new" and reaction.events:
+            await self._start(event, reaction)
+            return []
         return reaction
+
+    async def _start(self, task: TaskSubmitted, reaction: Reaction) -> None:
+        """Append the decision that starts a run, and make sure it landed on the run.
+
+        Its ids derive from the task's id. When that id already belonged to another event whose
+        reactions are inside the duplicate window, the server takes the decision for a copy of
+        those and stores nothing: the run would never start. That task is rejected instead.
+        """
+        first, *rest = stamp(self.name, task, reaction.events)
+        try:
+            appended = await self.log.append(first, expect=reaction.expect)
+            if appended.duplicate:
+                stored = await self.log.get(appended.seq)
+                if stored.subject != appended.subject:
+                    raise TaskRejected(
+                        f"its id {task.id} is already the id of another event (the "
+                        f"orchestrator's reaction to that one is stream sequence {stored.seq}, "
+                        f"on {stored.subject}); every event needs an id of its own: publish "
+                        "the task again with a new id"
+                    )
+            await self.log.append_batch(rest)
+        except AppendConflict:
+            return  # the run moved on meanwhile: the newer event decides
+        except PublishRefused:
+            raise  # not this identity's to publish: retrying cannot help
+        except (BusError, nats.errors.Error) as exc:
+            raise TransientError(f"could not start run {task.run_id}: {exc!r}") from exc
+
+    async def _answer(self, record: DeadLetter) -> Reaction:
+        """A task this orchestrator dead-lettered is rejected on its run (``rejections.py``)."""
+        target = task_run(self.log.subjects, record) if record.handler == self.name else None
+        if target is None:
+            return Reaction()
+        tenant, run_id = target
+        state = await self.loader.state(run_id)
+        self.loader.forget(run_id)
+        events = reject(state, record, tenant=tenant)
+        for e in events:
+            log.warning("orchestrator: rejected the task of run %s: %s", run_id, e.reason)
+        return Reaction(events, expect=Expect(state.seq, self.loader.scope(run_id)))
 
     async def _decide(self, run_id: str) -> tuple[RunState, Reaction]:
         """The decision on the run as the log has it now, guarded by the run's last sequence."""

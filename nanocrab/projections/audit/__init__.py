@@ -4,7 +4,8 @@ ended; every human approval; every refused forgery.
 Tables: ``audit_invocations`` (one row per ``call_id``), ``audit_approvals`` (one per
 ``approval_id``), ``audit_violations`` (one per ``security.rejected``) and ``audit_revocations``
 (grant revocations, kept so a revocation that names only its grant still marks the call once
-the grant is seen).
+the grant is seen), and ``audit_applied_events`` (the ids of the events folded in, so a second
+copy of one, which the log may hold, changes nothing).
 
 The events of one call may come in any order (a revocation before its grant, a completion for a
 call never requested). Rows therefore hold *facts* (times, ids, flags, the list of answers an
@@ -33,6 +34,7 @@ from nanocrab.projections.audit.queries import (
 from nanocrab.projections.audit.tables import (
     STATUSES,
     audit_approvals,
+    audit_events,
     audit_invocations,
     audit_revocations,
     audit_violations,
@@ -46,6 +48,7 @@ __all__ = [
     "ViolationRow",
     "approval_row",
     "audit_approvals",
+    "audit_events",
     "audit_invocations",
     "audit_revocations",
     "audit_rows",

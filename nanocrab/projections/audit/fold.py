@@ -41,10 +41,12 @@ from nanocrab.projections.audit.tables import (
     _AUDITED,
     ERROR_CHARS,
     audit_approvals,
+    audit_events,
     audit_invocations,
     audit_revocations,
     audit_violations,
 )
+from nanocrab.projections.db import first_copies
 
 
 class _Fold:
@@ -141,6 +143,8 @@ class _Fold:
     def apply(self, e: Event) -> None:
         match e:
             case ToolRequested():
+                if (known := self.calls.get(e.call_id)) is not None and known.arguments is not None:
+                    return  # the first request stands (the policy decided on it, not a later one)
                 c = self.call(e.call_id, e)
                 c.tool = e.tool
                 c.trace_id = trace_id_of(e.trace) or c.trace_id
@@ -237,9 +241,9 @@ class _Fold:
                     "rejected_type": e.rejected_type, "rejected_id": e.rejected_id,
                     "signer": e.signer, "reason": e.reason, "source": e.source,
                 }  # fmt: skip
-                if e.approval_id and (a := self.approvals.get(e.approval_id)) is not None:
-                    if e.rejected_id not in a.rejected:
-                        a.rejected.append(e.rejected_id)
+                if e.approval_id and (approval := self.approvals.get(e.approval_id)) is not None:
+                    if e.rejected_id not in approval.rejected:
+                        approval.rejected.append(e.rejected_id)
                     self.dirty_approvals.add(e.approval_id)
                     self.answered(e.approval_id)
                 if e.call_id and e.call_id in self.calls:  # a forgery creates no call
@@ -277,7 +281,9 @@ class _Fold:
 
 class AuditProjection:
     name = "audit"
-    tables = (audit_invocations, audit_approvals, audit_violations, audit_revocations)
+    tables = (
+        audit_invocations, audit_approvals, audit_violations, audit_revocations, audit_events,
+    )  # fmt: skip
     lazy_checkpoint_s = 1.0
     gather_s = 0.1  # a run's calls land in a few transactions, not one per event
 
@@ -290,7 +296,10 @@ class AuditProjection:
         return f"{subjects.root}.*.run.>"
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
-        events = [s.event for s in batch if isinstance(s.event, _AUDITED)]
+        # each event once by id: a second copy (say a grant.issued re-sent after the
+        # security.rejected that refused it) must not fold again
+        audited = [s for s in batch if isinstance(s.event, _AUDITED)]
+        events = [s.event for s in await first_copies(conn, audit_events, audited) if s.event]
         fold = _Fold()
         await fold.load(conn, events)
         for e in events:

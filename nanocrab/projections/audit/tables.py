@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from sqlalchemy import (
     Boolean,
@@ -28,13 +28,13 @@ from nanocrab.events import (
     ToolSkipped,
     ToolStarted,
 )
-from nanocrab.projections.db import metadata
+from nanocrab.projections.db import applied_events, metadata
 
 AuditStatus = Literal[
     "requested", "awaiting_approval", "granted", "denied", "running", "completed", "failed",
     "refused", "skipped", "revoked",
 ]  # fmt: skip
-STATUSES: tuple[str, ...] = AuditStatus.__args__  # type: ignore[attr-defined]
+STATUSES: tuple[str, ...] = get_args(AuditStatus)
 
 ERROR_CHARS = 500
 """Tool error text kept per call (the full result stays in the log)."""
@@ -132,6 +132,9 @@ audit_revocations = Table(
     Column("reason", Text, nullable=False),
     Column("time", DateTime(timezone=True), nullable=False),
 )
+
+audit_events = applied_events("audit")
+"""Every audited event applied, by id: a second copy of one changes nothing."""
 
 _AUDITED = (
     ToolRequested, GrantIssued, GrantDenied, GrantRevoked, ToolStarted, ToolCompleted, ToolSkipped,

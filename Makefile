@@ -19,9 +19,11 @@ install: $(STAMP)
 run: install
 	$(BIN)/nanocrab demo
 
-## Lint, then the whole suite against a real nats-server (from the wheel), SQLite and PostgreSQL.
+## Lint, type-check (mypy --strict on nanocrab/), then the whole suite against a real
+## nats-server (from the wheel), SQLite and PostgreSQL.
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 
 bench: install
@@ -30,4 +32,4 @@ bench: install
 	$(BIN)/python bench/rebuild.py
 
 clean:
-	rm -rf $(VENV) .nanocrab .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

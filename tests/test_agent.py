@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import secrets
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -149,16 +151,21 @@ async def test_two_orchestrators_on_one_stream_never_decide_twice(
     assert superseded > 0, "the race happened and the guard dropped the losing decisions"
 
 
+# an exec that ends only once the test creates ``go`` in the workspace (no race with the clock)
+WAIT_FOR_GO = "python3 -c 'import os, time\nwhile not os.path.exists(\"go\"): time.sleep(0.02)'"
+WAIT_SLOW = json.dumps(f"{WAIT_FOR_GO}; echo slow")
+WAIT_FIRST = json.dumps(f"{WAIT_FOR_GO}; echo first")
+
 STEER = """
 scripts:
   - name: main
     turns:
       - tool_calls:
-          - {name: exec, input: {command: "sleep 1.5; echo slow"}}
+          - {name: exec, input: {command: WAIT_SLOW}}
           - {name: read, input: {path: greet.py}}
           - {name: read, input: {path: README.md}}
       - text: "Looked at test_greet.py as asked."
-"""
+""".replace("WAIT_SLOW", WAIT_SLOW)
 
 
 async def test_steer_skips_the_remaining_calls(
@@ -178,6 +185,7 @@ async def test_steer_skips_the_remaining_calls(
             mode="steer", text="look at test_greet.py instead", run_id=task.run_id
         )
         await log.append(steer)
+        (workspace / "go").touch()  # the exec ends only once the steer is in the log
         events = await finished(log, task.run_id or "")
     assert [c.tool for c in of_type(events, ToolCompleted)] == ["exec"], "the current call finished"
     skipped = of_type(events, ToolSkipped)
@@ -191,10 +199,10 @@ FOLLOW = """
 scripts:
   - name: main
     turns:
-      - tool_calls: [{name: exec, input: {command: "sleep 1; echo first"}}]
+      - tool_calls: [{name: exec, input: {command: WAIT_FIRST}}]
       - text: "first answer"
       - text: "answer to the follow-up"
-"""
+""".replace("WAIT_FIRST", WAIT_FIRST)
 
 
 async def test_follow_up_runs_after_the_turn(
@@ -205,6 +213,7 @@ async def test_follow_up_runs_after_the_turn(
         await log.append(task)
         follow = MessageQueued(mode="follow_up", text="and one more thing", run_id=task.run_id)
         await log.append(follow)
+        (workspace / "go").touch()  # the turn ends only once the follow-up is in the log
         events = await finished(log, task.run_id or "")
     assert [r.text for r in of_type(events, ReplySent)] == [
         "first answer",
@@ -368,11 +377,12 @@ async def test_path_escapes_are_denied(
     assert "top secret" not in str([e for e in events])
 
 
-CANCEL = """
+SLEEP = f"60.{os.getpid()}{secrets.randbelow(10**6)}"  # unique to this test process
+CANCEL = f"""
 scripts:
   - name: main
     turns:
-      - tool_calls: [{name: exec, input: {command: "sleep 60 & sleep 60; echo never"}}]
+      - tool_calls: [{{name: exec, input: {{command: "sleep {SLEEP} & sleep {SLEEP}; echo never"}}}}]
       - text: "never"
 """
 
@@ -386,7 +396,7 @@ async def test_cancel_aborts_the_running_tool_and_kills_its_process_tree(
 
         def sleepers() -> list[psutil.Process]:
             return [
-                p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "60"]
+                p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", SLEEP]
             ]
 
         await eventually(lambda: asyncio.sleep(0, len(sleepers()) == 2))

@@ -72,9 +72,13 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     assert orchestrator["pending"] == 1, "the queued task waits for a handler"
     assert st["dead_letters"] == 0 and st["runtime_up"] is False
     timeline = next(p for p in st["projections"] if p["name"] == "run_timeline")
-    assert timeline == {"name": "run_timeline", "position": 6, "behind": 1}, (
-        "the finished run was projected before exit; the queued task is not yet"
-    )
+    assert timeline == {
+        "name": "run_timeline",
+        "position": 6,
+        "behind": 1,
+        "error": None,
+        "attempts": 0,
+    }, "the finished run was projected before exit; the queued task is not yet"
 
     replay = cli(home, "replay", info["run_id"], "--json")
     assert replay.returncode == 0, replay.stderr

@@ -16,6 +16,7 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
+@pytest.mark.timeout(600)  # the command's own limit below is 180 s; the suite's default 120 s
 def test_generate_offline_then_list_show_invoke_disable(home: Path) -> None:
     generated = cli(home, "capabilities", "generate", "count words in a text", timeout=180)
     assert generated.returncode == 0, generated.stdout + generated.stderr

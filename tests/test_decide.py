@@ -166,7 +166,8 @@ def test_spawn_starts_a_child_run_and_its_answer_returns_as_the_tool_result() ->
         *started(),
         responded(0, ("c1", "spawn", {"task": "find the config", "tools": ["read", "exec"]})),
     ]
-    s += [ToolRequested(call_id="c1", tool="spawn", arguments={}),
+    s += [ToolRequested(call_id="c1", tool="spawn",
+                        arguments={"task": "find the config", "tools": ["read", "exec"]}),
           GrantIssued(grant_id="g", call_id="c1", tool="spawn", capabilities=[], scope="step",
                       tier="safe", expires_at=utcnow() + timedelta(minutes=1))]  # fmt: skip
     out = decide(state_of(*s), utcnow())
@@ -250,7 +251,7 @@ def test_a_child_run_inherits_the_parents_capability_budget() -> None:
         msgspec.structs.replace(first, capabilities=budget),
         *rest,
         responded(0, ("c1", "spawn", {"task": "look", "tools": ["read"]})),
-        ToolRequested(call_id="c1", tool="spawn", arguments={}),
+        ToolRequested(call_id="c1", tool="spawn", arguments={"task": "look", "tools": ["read"]}),
         GrantIssued(grant_id="g", call_id="c1", tool="spawn", capabilities=[], scope="step",
                     tier="safe", expires_at=utcnow() + timedelta(minutes=1)),
     ]  # fmt: skip

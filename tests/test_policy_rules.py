@@ -6,6 +6,7 @@ web_fetch keeps every redirect hop within the hosts a grant covers.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -325,9 +326,9 @@ def test_commands_the_policy_cannot_check(ws: Path, command: str, reason: str) -
 
 
 def test_redirections_must_stay_in_the_workspace(ws: Path) -> None:
-    policy = make_policy(shell("ls*"))
-    assert decide(policy, ws, "exec", command="ls > out.txt 2>&1").tier == "safe"
-    assert decide(policy, ws, "exec", command="ls 2>/dev/null").tier == "safe"
+    policy = make_policy({**shell("ls*"), "tier": "guarded"})  # a Safe rule never writes
+    assert decide(policy, ws, "exec", command="ls > out.txt 2>&1").tier == "guarded"
+    assert decide(policy, ws, "exec", command="ls 2>/dev/null").tier == "guarded"
     for command in ("ls > ../outside.txt", "ls >> /tmp/x", "cd .. && ls > x"):
         d = decide(policy, ws, "exec", command=command)
         assert d.tier == "deny" and "outside the workspace" in d.reason, command
@@ -535,3 +536,421 @@ async def test_redirect_within_the_granted_hosts_is_followed(tmp_path: Path) -> 
         router.get("https://cdn.example.org/final").respond(200, text="arrived")
         result = await registry.invoke("web_fetch", {"url": "https://example.com/go"}, ctx)
     assert not result.is_error and _text(result) == "arrived"
+
+
+# --- the policy gate: the bundled default policy against the adversarial pass (issue 9) -------
+#
+# Every case: the bundled default policy, no approval. A call that is not Safe falls to
+# shell-other (Unsafe: an approval for every call) or is denied outright.
+
+
+class Gate:
+    """The bundled policy over a workspace, a fake runtime home and a protected data dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.ws = root / "ws"
+        self.data = root / "data"
+        self.outside = root / "outside"
+        for d in (self.home / ".ssh", self.ws / "tests", self.ws / ".git", self.data / "keys",
+                  self.outside):  # fmt: skip
+            d.mkdir(parents=True)
+        for f, text in ((self.home / ".netrc", "machine x password y"),
+                        (self.data / "keys" / "policy.nk", "SUAseed"),
+                        (self.outside / "secret", "s3cret"), (self.ws / "notes.txt", "hi"),
+                        (self.ws / "test_x.py", ""), (self.ws / "tests" / "test_a.py", "")):  # fmt: skip
+            f.write_text(text)
+        self.policy = load_policy(None)
+
+    def decide(self, tool: str, *, ws: Path | None = None, **arguments: Any) -> Decision:
+        request = Request(tool, arguments, (ws or self.ws).resolve(), KNOWN | {"python"},
+                          protected=(str(self.data),))  # fmt: skip
+        return evaluate(self.policy, request)
+
+    def run(self, command: str, *, ws: Path | None = None) -> Decision:
+        return self.decide("exec", ws=ws, command=command.format(root=self.root))
+
+
+@pytest.fixture
+def gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Gate:
+    monkeypatch.setenv("HOME", str(tmp_path.resolve() / "home"))
+    return Gate(tmp_path.resolve())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 -m pytest -q",
+        "python -m pytest -q -x -k 'not slow' --tb=short tests/",
+        "pytest -p no:cacheprovider -rA --maxfail 2 tests/test_a.py::test_one",
+        "python3 -m unittest -q test_x",
+        "python3 -m unittest tests/test_a.py",
+        "python3 -m unittest discover -s tests -p 'test_*.py'",
+        "git status -sb",
+        "git status --porcelain=v2 -uno",
+        "git log -5 --oneline --format=%h",
+        "git log -n 3 --since=2.weeks -- notes.txt",
+        "git diff --stat HEAD~1 -- notes.txt",
+        "git --no-pager diff -U5 --cached",
+        "ls -la tests",
+        "cat notes.txt *.py | cat -n",
+        "ls 2>&1 > /dev/null",
+    ],
+)
+def test_the_read_only_and_test_commands_stay_safe(gate: Gate, command: str) -> None:
+    d = gate.run(command)
+    assert (d.tier, d.rule) == ("safe", "shell-readonly"), d.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        # the adversarial pass: code execution and writes through a Safe command
+        ("git log -1 --format='import os' > test_y.py", "redirects output"),
+        ("git log > .git/config", "redirects output"),
+        ("git log >> notes.txt", "redirects output"),
+        ("git status >| out.txt", "redirects output"),
+        ("ls 2> err.txt", "redirects output"),
+        ("cat notes.txt | tee copy.txt", ""),
+        ("python3 -m unittest test_y", "not a file or package in the workspace"),
+        ("python3 -m unittest -q antigravity", "not a file or package in the workspace"),
+        ("python3 -m unittest {root}/outside/test_z.py", "outside the workspace"),
+        # writes outside the workspace through options
+        ("git diff --output={root}/outside/file", "the option '--output=/"),
+        ("git diff --out={root}/outside/file", "is not allowed"),  # git accepts unique prefixes
+        ("git log --outp=x", "is not allowed"),
+        ("git log --output x", "is not allowed"),
+        ("pytest --junitxml={root}/outside/r.xml", "is not allowed"),
+        ("pytest --junit-xml=r.xml", "is not allowed"),
+        ("pytest -o cache_dir={root}/outside", "the option '-o' is not allowed"),
+        ("pytest -otmp", "(-o in it)"),
+        ("pytest -qo cache_dir=x", "(-o in it)"),
+        ("pytest --basetemp={root}/outside", "is not allowed"),
+        ("pytest --log-file=x.log", "is not allowed"),
+        ("python3 -m unittest discover -s {root}/outside", "outside the workspace"),
+        ("python -m unittest discover -s ../..", "outside the workspace"),
+        ("python3 -m unittest discover -s=../x", "not '-s=../x'"),
+        ("python3 -m unittest discover --start-directory ..", "outside the workspace"),
+        ("python3 -m unittest discover --start ..", "is not allowed"),  # argparse prefixes
+        ("python3 -m unittest discover tests x {root}/outside", "outside the workspace"),
+        # network, plugins, config and roots from elsewhere
+        ("pytest --pastebin=all", "is not allowed"),
+        ("pytest -p pytest_foo", "allows only no:cacheprovider"),
+        ("python3 -m pytest -ppytest_foo", "allows only no:cacheprovider"),
+        ("pytest -p=no:cacheprovider", "not '-p=no:cacheprovider'"),
+        ("pytest -k -p evil", "needs a value"),
+        ("pytest --rootdir=/", "is not allowed"),
+        ("pytest --confcutdir=/", "is not allowed"),
+        ("pytest -c {root}/outside/x.ini", "the option '-c' is not allowed"),
+        ("pytest @argsfile", "starts with '@'"),
+        ("python3 -m pytest --import-mode=importlib", "is not allowed"),
+        ("python3 -m pytest --pyargs json", "is not allowed"),
+        ("pytest -W error::evil.Category", "is not allowed"),
+        ("pytest --deselect={root}/outside/t.py", "outside the workspace"),
+        ("python3 -X importtime -m pytest", ""),
+        # git: other repositories, external programs, magic pathspecs
+        ("git -C {root}/outside status", ""),
+        ("git -c core.pager=evil log", ""),
+        ("git --git-dir={root}/outside/.git log", ""),
+        ("git --work-tree=/ status", ""),
+        ("git --exec-path={root}/outside status", ""),
+        ("git diff --no-index a b", "is not allowed"),
+        ("git diff --ext-diff", "is not allowed"),
+        ("git diff --textconv", "is not allowed"),
+        ("git log -p --ext-diff", "is not allowed"),
+        ("git diff :/", "pathspec magic"),
+        ("git diff -- ':(top)x'", "pathspec magic"),
+        ("git log HEAD:../x", "outside the workspace"),
+        ("git diff {root}/outside/secret notes.txt", "outside the workspace"),
+        ("git log --format %h", "attached"),
+        ("git show HEAD", ""),
+        # host files and escapes by path
+        ("cat {root}/outside/secret", "outside the workspace"),
+        ("cat ../outside/secret", "outside the workspace"),
+        ("ls -la ..", "outside the workspace"),
+        ("cat --number ./../outside/secret", "outside the workspace"),
+        ("\uff43at notes.txt", ""),  # a fullwidth lookalike is not cat
+        ("cd tests && pytest", ""),
+    ],
+)
+def test_bypasses_are_not_safe(gate: Gate, command: str, why: str) -> None:
+    d = gate.run(command)
+    assert (d.tier, d.rule) == ("unsafe", "shell-other"), d.reason
+    assert why.format(root=gate.root) in d.reason
+
+
+@pytest.mark.parametrize(
+    ("command", "rule", "why"),
+    [
+        ("cat {root}/data/keys/policy.nk", "nanocrab-data", "inside {root}/data"),
+        ("cat ../data/keys/*.nk", "nanocrab-data", "inside {root}/data"),
+        ("ls -R ../da*", "nanocrab-data", "{root}/data"),
+        ("cat /proc/self/environ", "secrets", "inside /proc"),
+        ("cat /proc/1/environ", "secrets", "inside /proc"),
+        ("cat /proc/self/cwd/notes.txt", "secrets", "inside /proc"),
+        ("cat //proc/self/root/etc/hostname", "secrets", "/etc/hostname"),
+        ("cat /sys/class/net/lo/address", "secrets", "inside /sys"),
+        ("cat ~/.netrc", "secrets", ".netrc"),
+        ("cat ~/.ssh/id_rsa", "secrets", ".ssh"),
+        ("cat {root}/home/.netrc", "secrets", ".netrc"),
+        ("ls -laR /root", "homes", "inside /root"),
+        ("cat ~root/.bashrc", "homes", "inside /root"),
+        ("cat /home/bob/.bashrc", "homes", "inside /home"),
+        ("cat /etc/../root/.profile", "homes", "inside /root"),
+        ("cat /ro*/.s*", "homes", "could reach /root"),
+        ("cat /???/passwd", "secrets", "inside /etc"),
+        ("cat /e[t]c/shadow", "secrets", "inside /etc"),
+        ("cat ~/*", "homes", "{root}/home"),
+        ("git diff --no-index /etc/passwd x", "secrets", "inside /etc"),
+        ("dd if=/root/.bash_history", "homes", "inside /root"),
+        ("grep -f/root/.netrc x notes.txt", "homes", "inside /root"),
+        ("git log --format=%h -- notes.txt ../data/db", "nanocrab-data", "inside {root}/data"),
+        ("ls > ../data/keys/x", "", "outside the workspace"),
+        ("ls .*", "", "could match '..'"),
+        ("cat */../../outside/secret", "", "could match '..'"),
+        ("cat ~+/notes.txt", "", "tilde form"),
+        ("cat ~-/x", "", "tilde form"),
+        ("PYTHONPATH=/tmp/x pytest", "", "environment assignment"),
+        ("pytest $PYTEST_ADDOPTS", "", "parameter expansion"),
+    ],
+)
+def test_host_secrets_and_escapes_are_denied(gate: Gate, command: str, rule: str, why: str) -> None:
+    d = gate.run(command)
+    assert d.tier == "deny" and d.rule == (rule or None), d.reason
+    assert why.format(root=gate.root) in d.reason
+
+
+def test_a_glob_pattern_that_could_reach_a_denied_path_is_denied(ws: Path, tmp_path: Path) -> None:
+    vault = {"id": "vault", "tools": ["*"], "paths": [str(tmp_path / "vault")], "tier": "deny"}
+    policy = make_policy(vault, {"id": "any", "tools": ["exec"], "tier": "unsafe"})
+    for command in ("cat ../va*/key", "cat ../?ault", "ls ../[uv]ault", "cat ../*/key"):
+        d = decide(policy, ws, "exec", command=command)  # nothing matches yet: the pattern could
+        assert d.rule == "vault" and "could reach" in d.reason, command
+    for command in ("cat ../w*/key", "cat ../.v*", "cat ../vaul"):
+        assert decide(policy, ws, "exec", command=command).tier == "unsafe", command
+
+
+def test_a_glob_or_symlink_out_of_the_workspace_is_not_safe(gate: Gate) -> None:
+    (gate.ws / "link").symlink_to(gate.outside / "secret")
+    assert "resolves outside" in gate.run("cat link").reason
+    d = gate.run("cat lin*")
+    assert d.tier == "unsafe" and f"matches {gate.outside / 'secret'}" in d.reason
+    (gate.ws / "netrc").symlink_to(gate.home / ".netrc")
+    d = gate.run("cat ne*")
+    assert (d.tier, d.rule) == ("deny", "secrets") and "matches" in d.reason
+
+
+def test_the_data_directory_is_denied_to_every_tool(gate: Gate) -> None:
+    key = str(gate.data / "keys" / "policy.nk")
+    for tool, arguments in (("read", {"path": key}), ("ls", {"path": str(gate.data)}),
+                            ("glob", {"path": str(gate.data), "pattern": "*"}),
+                            ("grep", {"path": str(gate.data), "pattern": "S"}),
+                            ("write", {"path": key, "content": "x"}),
+                            ("edit", {"path": key, "old_text": "S", "new_text": "x"})):  # fmt: skip
+        d = gate.decide(tool, **arguments)
+        assert (d.tier, d.rule) == ("deny", "nanocrab-data"), tool
+        assert "no tool may read or change" in d.reason
+    (gate.ws / "keys").symlink_to(gate.data / "keys")
+    assert gate.decide("read", path="keys/policy.nk").rule == "nanocrab-data"
+
+
+def test_no_policy_file_can_allow_the_data_directory(gate: Gate) -> None:
+    everything = make_policy({"id": "all", "tools": ["*"], "tier": "safe"})
+    key = str(gate.data / "keys" / "policy.nk")
+    request = Request("read", {"path": key}, gate.ws, KNOWN, protected=(str(gate.data),))
+    d = evaluate(everything, request)
+    assert (d.tier, d.rule) == ("deny", "nanocrab-data")
+    with pytest.raises(PolicyError, match="reserved"):
+        make_policy({"id": "nanocrab-data", "tools": ["read"], "tier": "safe"})
+
+
+def test_a_data_directory_inside_the_workspace(gate: Gate) -> None:
+    data = gate.ws / ".nanocrab"
+    (data / "keys").mkdir(parents=True)
+    (data / "keys" / "policy.nk").write_text("SUAseed")
+    request = {"ws": gate.ws, "protected": (str(data),)}
+
+    def decide(tool: str, **arguments: Any) -> Decision:
+        return evaluate(gate.policy, Request(tool, arguments, request["ws"], KNOWN | {"python"},
+                                             protected=request["protected"]))  # fmt: skip
+
+    assert decide("read", path=".nanocrab/keys/policy.nk").rule == "nanocrab-data"
+    assert decide("exec", command="cat .nanocrab/keys/policy.nk").rule == "nanocrab-data"
+    assert decide("exec", command="cat .n*/keys/*").rule == "nanocrab-data"
+    assert decide("exec", command="cat *").tier == "safe"  # * does not match .nanocrab
+    assert decide("ls", path=".").tier == "safe"  # names only
+    grep = decide("grep", path=".", pattern="SUA")
+    assert grep.rule == "nanocrab-data" and "descend" in grep.reason
+    python = decide("python", code="open('.nanocrab/keys/policy.nk').read()")
+    assert python.rule == "nanocrab-data" and "mounts the whole workspace" in python.reason
+    assert decide("grep", path="tests", pattern="x").tier == "safe"
+
+
+def test_a_workspace_inside_the_data_directory_is_spared_but_not_the_rest(gate: Gate) -> None:
+    inner = gate.data / "workspace"
+    inner.mkdir()
+    assert gate.decide("read", ws=inner, path="a.py").tier == "safe"
+    assert gate.run("python3 -m pytest -q", ws=inner).tier == "safe"
+    assert gate.run("cat ../keys/policy.nk", ws=inner).rule == "nanocrab-data"
+    assert gate.decide("read", ws=gate.data, path="a.py").rule == "nanocrab-data"  # not spared
+
+
+def test_a_workspace_inside_a_home_directory(gate: Gate) -> None:
+    project = gate.home / "project"
+    project.mkdir()
+    (gate.home / "other.txt").write_text("x")
+    assert gate.decide("read", ws=project, path="a.py").tier == "safe"
+    assert gate.run("cat a.py", ws=project).tier == "safe"
+    d = gate.run("cat ../other.txt", ws=project)
+    assert (d.tier, d.rule) == ("deny", "homes")
+    assert gate.run("cat ~/.ssh/id_rsa", ws=project).rule == "secrets"
+    d = gate.decide("grep", ws=project, path="..", pattern="x")
+    assert d.tier == "deny" and "descend" in d.reason  # into ~/.ssh, and the home itself
+    assert gate.decide("ls", ws=project, path="..").rule == "homes"
+
+
+def test_except_paths_spare_only_subtrees_of_the_denied_path(ws: Path, tmp_path: Path) -> None:
+    homes = {"id": "homes", "tools": ["*"], "paths": [str(tmp_path)],
+             "except_paths": ["${workspace}", "/usr"], "tier": "deny"}  # fmt: skip
+    policy = make_policy(homes, READ_WS)
+    assert decide(policy, ws, "read", path="a.py").tier == "safe"
+    assert decide(policy, ws, "read", path="../x").rule == "homes"
+    outer = make_policy({**homes, "paths": [str(ws / "sub")], "except_paths": [str(tmp_path)]},
+                        READ_WS)  # fmt: skip
+    assert decide(outer, ws, "read", path="sub/a").rule == "homes"  # /tmp/… is not inside sub
+
+
+@pytest.mark.parametrize(
+    ("tool", "path"),
+    [("write", ".git/hooks/pre-commit"), ("write", ".git/config"), ("edit", "sub/.git/config"),
+     ("write", ".GIT/hooks/post-checkout"), ("write", "vendor/.git")],
+)  # fmt: skip
+def test_writes_into_git_directories_are_never_safe(gate: Gate, tool: str, path: str) -> None:
+    args = {"content": "x"} if tool == "write" else {"old_text": "a", "new_text": "b"}
+    d = gate.decide(tool, path=path, **args)
+    assert (d.tier, d.rule) == ("unsafe", "write-workspace") and ".git directory" in d.reason
+    open_policy = make_policy({"id": "files", "tools": ["write", "edit"], "paths": ["${workspace}"],
+                               "tier": "safe"})  # fmt: skip
+    assert decide(open_policy, gate.ws, tool, path=path, **args).tier == "unsafe"
+    assert gate.decide("write", path="src/a.py", content="x").tier == "guarded"
+
+
+def test_a_safe_rule_without_a_resource_still_never_writes(ws: Path, tmp_path: Path) -> None:
+    policy = make_policy({"id": "shell", "tools": ["exec"], "tier": "safe"},
+                         {"id": "other", "tools": ["exec"], "tier": "guarded"})  # fmt: skip
+    assert decide(policy, ws, "exec", command="sleep 1; echo hi").tier == "safe"
+    d = decide(policy, ws, "exec", command="echo hi > out.txt")
+    assert d.tier == "guarded" and "redirects output" in d.reason
+    d = decide(policy, ws, "exec", command=f"cat {tmp_path}/x")
+    assert d.tier == "guarded" and "outside the workspace" in d.reason
+    d = decide(policy, ws, "exec", command="ls > .git/x")
+    assert d.tier == "unsafe" and ".git directory" in d.reason  # the floor, under a guarded rule
+
+
+def test_the_demo_runs_its_tests_safely(gate: Gate) -> None:
+    from nanocrab import demo as demo_project
+
+    demo_ws = demo_project.make_workspace(gate.root / "demo")
+    script = Path(demo_project.__file__).parent / "script.yaml"
+    assert "python3 -m unittest -q test_greet" in script.read_text()
+    d = gate.run("python3 -m unittest -q test_greet", ws=demo_ws)
+    assert (d.tier, d.rule) == ("safe", "shell-readonly"), d.reason
+
+
+PROGRAM = {"id": "tests", "tools": ["exec"], "tier": "safe"}
+
+
+@pytest.mark.parametrize(
+    ("programs", "expected"),
+    [
+        ([{"command": ["pytest"], "options": {"--tb": ["short", False]}}], "quote it"),
+        ([{"command": ["ls"], "flags": [-1]}], "-1 is not a string"),
+        ([{"command": ["pytest"], "options": {"-k": "regex"}}], "value kind 'regex'"),
+        ([{"command": ["pytest"], "options": {"k": "text"}}], "must be -x or --name"),
+        ([{"command": ["pytest"], "operands": "anything"}], "operands"),
+        ([{"command": ["pytest"], "flags": ["--x"], "options": {"--x": "text"}}],
+         "listed as a flag and as an option"),
+        ([{"command": ["py test;"]}], "plain words"),
+        ([{"command": []}], "command"),
+        ([{"command": ["pytest"], "flagz": ["-q"]}], "flagz"),
+    ],
+)  # fmt: skip
+def test_invalid_programs_are_rejected(programs: list[dict[str, Any]], expected: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        make_policy({**PROGRAM, "programs": programs})
+    assert "rule 'tests' (#1): programs.0" in str(info.value) and expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ({"id": "a", "tools": ["read", "exec"], "programs": [{"command": ["ls"]}], "tier": "safe"},
+         "'programs' only applies to exec"),
+        ({"id": "a", "tools": ["exec"], "programs": [{"command": ["rm"]}], "tier": "deny"},
+         "a deny rule names what to forbid"),
+        ({"id": "a", "tools": ["read"], "paths": ["/x"], "except_paths": ["/x/y"], "tier": "safe"},
+         "use it in a rule with tier: deny"),
+        ({"id": "a", "tools": ["exec"], "programs": [{"command": ["ls"]}], "commands": ["ls"],
+          "tier": "safe"}, "one kind of resource"),
+    ],
+)  # fmt: skip
+def test_invalid_exec_rule_shapes(rule: dict[str, Any], expected: str) -> None:
+    with pytest.raises(PolicyError, match=re.escape(expected)):
+        make_policy(rule)
+
+
+def test_a_yaml_boolean_in_a_program_is_reported_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\nrules:\n  - id: tests\n    tools: [exec]\n    tier: safe\n    programs:\n"
+        "      - command: [pytest]\n        options: {--tb: [short, no]}\n"
+    )
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert f"{path}:8: rule 'tests' (#1): programs.0.options: False is not a string" in str(
+        info.value
+    )
+
+
+def test_grammar_details(ws: Path) -> None:
+    (ws / "a.py").write_text("")
+    program = {"command": ["tool", "python3 -m tool"], "flags": ["-a", "-b", "--long", "-<int>"],
+               "options": {"-n": "int", "--name": "text", "--mode=": ["x", "y"], "-o": "path"},
+               "operands": "paths"}  # fmt: skip
+    policy = make_policy({**PROGRAM, "programs": [program]})
+
+    def tier(command: str) -> str:
+        return decide(policy, ws, "exec", command=command).tier
+
+    for ok in ("tool", "tool -ab -ba -5 a.py", "tool -an3 -n 4 --name=x --name y --mode=x",
+               "python3 -m tool -o a.py -oa.py -- -a", "tool --long a.py -", "tool -bo a.py"):  # fmt: skip
+        assert tier(ok) == "safe", ok
+    for bad in ("tool -c", "tool -ac", "tool --lon", "tool --long=1", "tool -n x", "tool -n",
+                "tool --mode y", "tool --mode=z", "tool -o ../x", "tool -o/etc", "tool ~/x",
+                "tool -- ../x", "python -m tool", "tool -5a", "tool --name -a"):  # fmt: skip
+        assert tier(bad) == "deny", bad
+
+
+def test_unittest_names_must_be_workspace_modules(gate: Gate) -> None:
+    (gate.ws / "antigravity").mkdir()  # a bare directory: an installed module would win over it
+    assert gate.run("python3 -m unittest antigravity").tier == "unsafe"
+    assert gate.run("python3 -m unittest tests.test_a").tier == "unsafe"  # tests/ has no __init__
+    (gate.ws / "pkg").mkdir()
+    (gate.ws / "pkg" / "__init__.py").write_text("")
+    assert gate.run("python3 -m unittest pkg.test_mod.TestA.test_b").tier == "safe"
+    (gate.ws / "escape.py").symlink_to(gate.outside / "secret")
+    d = gate.run("python3 -m unittest escape")
+    assert d.tier == "unsafe" and "outside the workspace" in d.reason
+    assert gate.run("python3 -m unittest 'bad name'").tier == "unsafe"
+
+
+def test_glob_characters_in_the_workspace_path_are_not_a_pattern(tmp_path: Path) -> None:
+    ws = tmp_path / "w[s]"
+    ws.mkdir()
+    (ws / "a.txt").write_text("")
+    (tmp_path / "ws").mkdir()  # what "w[s]" would match as a pattern
+    (tmp_path / "ws" / "link.txt").symlink_to(tmp_path)
+    policy = load_policy(None)
+    d = evaluate(policy, Request("exec", {"command": "cat *.txt"}, ws.resolve(), KNOWN))
+    assert d.tier == "safe", d.reason

@@ -254,21 +254,43 @@ async def test_output_flood_is_capped_and_flagged(sandbox: Sandbox) -> None:
 
 async def test_still_serving_after_all_that(sandbox: Sandbox) -> None:
     """Hostile runs at once, then an ordinary one: each contained, the sandbox unharmed."""
-    tight = Limits(timeout_s=0.5, memory_bytes=64 * 2**20)
+    # each case's limits leave it one way to end, whatever the machine's load: only the sleep
+    # meets a short deadline; the others have fuel or memory as their only bound
+    roomy = Limits(timeout_s=120, memory_bytes=64 * 2**20, fuel=2 * 10**9)
+    short = Limits(timeout_s=0.5, memory_bytes=64 * 2**20)
     hostile = [
-        "while True: pass",
-        "import time\ntime.sleep(60)",
-        "x = [bytearray(10**6) for _ in range(1000)]",
-        "import sys\nsys.setrecursionlimit(10**6)\nclass A:\n"
-        "    def __getattr__(self, n):\n        return getattr(self, n + 'x')\nA().y",
-        "while True: print('y' * 1000)",
+        ("while True: pass", roomy),
+        ("import time\ntime.sleep(60)", short),
+        ("x = [bytearray(10**6) for _ in range(1000)]", roomy),
+        (
+            "import sys\nsys.setrecursionlimit(10**6)\nclass A:\n"
+            "    def __getattr__(self, n):\n        return getattr(self, n + 'x')\nA().y",
+            roomy,
+        ),
+        ("while True: print('y' * 1000)", short),
     ]
-    results = await asyncio.gather(*(sandbox.run(c, limits=tight) for c in hostile))
+    results = await asyncio.gather(*(sandbox.run(c, limits=lim) for c, lim in hostile))
     outcomes = [r.outcome for r in results]
     assert outcomes[:4] == ["out_of_fuel", "timeout", "memory", "stack"]
     assert outcomes[4] in ("timeout", "out_of_fuel") and results[4].stdout_truncated
     after = await run_python(sandbox, "sum(range(10))")
     assert after.ok and after.value == 45
+
+
+async def test_a_run_returns_only_once_wasmtime_let_go_of_its_output(sandbox: Sandbox) -> None:
+    """wasmtime calls the output callbacks, and at last their finaliser, on its tokio threads;
+    a run that returned before the finaliser let a process exit with a wasmtime thread still
+    due to enter Python, which aborts it (docs/sandbox.md, "Process exit"). wasmtime-py keeps
+    each callback it holds in ``CUSTOM_OUTPUTS`` until then: none of a finished run's is left.
+    Before the fix, about half the runs here returned first."""
+    import wasmtime._wasi
+
+    handles = wasmtime._wasi.CUSTOM_OUTPUTS.handles
+    for _ in range(20):
+        before = set(handles)
+        result = await sandbox.run("import sys\nprint('out')\nprint('err', file=sys.stderr)")
+        assert result.stdout == "out\n" and result.stderr == "err\n"
+        assert not set(handles) - before
 
 
 # --- structured calls -------------------------------------------------------------------------

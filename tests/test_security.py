@@ -196,7 +196,8 @@ async def test_a_grant_signed_by_another_key_is_rejected(rig: Rig, tmp_path: Pat
     rejected = await rig.wait(run, SecurityRejected, lambda e: e.rejected_id == forged.id)
     assert "not a trusted key" in rejected.reason
     assert not (rig.workspace / "out.txt").exists()
-    row = await rig.audit(call, lambda r: r.status == "awaiting_approval")
+    # wait for the rejection itself to be projected, not just the pending approval before it
+    row = await rig.audit(call, lambda r: r.status == "awaiting_approval" and bool(r.error))
     assert row.error and "trusted key" in row.error
 
 

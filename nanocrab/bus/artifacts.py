@@ -7,6 +7,7 @@ import hashlib
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
 
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.errors import BusError
@@ -35,9 +36,9 @@ class JetStreamArtifacts:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self.bucket = artifact_bucket(log.cfg)
-        self._store = None
+        self._store: ObjectStore | None = None
 
-    async def _obj(self):  # type: ignore[no-untyped-def]
+    async def _obj(self) -> ObjectStore:
         if self._store is None:
             try:
                 self._store = await self.log.js.object_store(self.bucket)

@@ -63,7 +63,7 @@ class Refusals:
         """Call the bound method ``listener(subject)`` (lower-cased, as nats-py reports it) on
         each refusal, for as long as its object lives."""
         self._listeners = [ref for ref in self._listeners if ref() is not None]
-        self._listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+        self._listeners.append(weakref.WeakMethod(listener))
 
     def report(self, error: str) -> bool:
         """Handle a server error message; ``True`` when it was a refused publish."""
@@ -163,8 +163,8 @@ async def connect(
                 "(docs/security.md)"
             )
         ) from exc
-    nc.nanocrab_reconnects = reconnects  # type: ignore[attr-defined]
-    nc.nanocrab_refusals = refusals  # type: ignore[attr-defined]
+    nc.nanocrab_reconnects = reconnects  # type: ignore[attr-defined]  # ours, kept on the client
+    nc.nanocrab_refusals = refusals  # type: ignore[attr-defined]  # ours, kept on the client
     return nc
 
 
@@ -172,7 +172,7 @@ def reconnects_of(nc: NATS) -> Reconnects:
     rec = getattr(nc, "nanocrab_reconnects", None)
     if rec is None:
         rec = Reconnects()
-        nc.nanocrab_reconnects = rec  # type: ignore[attr-defined]
+        nc.nanocrab_reconnects = rec  # type: ignore[attr-defined]  # ours, kept on the client
     return rec
 
 
@@ -180,7 +180,7 @@ def refusals_of(nc: NATS) -> Refusals:
     rec = getattr(nc, "nanocrab_refusals", None)
     if rec is None:
         rec = Refusals()
-        nc.nanocrab_refusals = rec  # type: ignore[attr-defined]
+        nc.nanocrab_refusals = rec  # type: ignore[attr-defined]  # ours, kept on the client
     return rec
 
 
@@ -221,7 +221,8 @@ async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> None:
     """Create the streams, or bring an existing stream's settings in line (idempotent)."""
     for sc in stream_configs(cfg):
         try:
-            await js.stream_info(sc.name)  # type: ignore[arg-type]
+            assert sc.name is not None  # stream_configs names every stream
+            await js.stream_info(sc.name)
         except NotFoundError:
             await js.add_stream(sc)
         else:

@@ -3,6 +3,10 @@
 Handlers that keep per-run state in memory use this to fill the gap between what they have folded
 and the event in hand (``$JS.API.DIRECT.GET`` with ``next_by_subj`` and ``batch``, nats-server
 2.11+): far cheaper than an ordered consumer for the handful of events a gap usually holds.
+
+The messages come back raw, with the subject each was stored on; a reader turns them into events
+with ``EventLog.decode(raw.data, subject=raw.subject)``, which refuses an event stored on another
+subject than its own (``bus/placement.py``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import nats.errors
@@ -23,6 +24,7 @@ from nats.js.errors import NotFoundError
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.connection import ensure_streams, refusals_of
 from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError, PublishRefused
+from nanocrab.bus.placement import decode_stored
 from nanocrab.bus.subjects import Subjects
 from nanocrab.bus.tracing import current_traceparent, new_traceparent
 from nanocrab.events import Codec, Event, EventDecodeError
@@ -139,7 +141,7 @@ class _AckCollector:
                 acks[i] = _PubAck(error=_ApiError(0, 0, f"unreadable ack {msg.data[:100]!r}"))
         remaining[0] -= 1
         if remaining[0] == 0 and not future.done():
-            future.set_result(acks)  # type: ignore[arg-type]
+            future.set_result(cast(list[_PubAck], acks))  # remaining 0: every slot is set
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,9 @@ class RawMessage:
 
 class EventLog:
     """The write side of the bus, plus point reads by sequence.
+
+    Bytes read back from the streams become events only through :meth:`decode`, which also
+    checks that the event was stored on its own subject.
 
     Appends publish as the connection's identity: with broker permissions on, one the identity
     may not publish raises :class:`PublishRefused` as soon as the server says so.
@@ -304,6 +309,7 @@ class EventLog:
         return int(msg.seq or 0)
 
     async def get(self, seq: int, *, stream: str | None = None) -> RawMessage:
+        """The raw message at ``seq``; its bytes become an event through :meth:`decode`."""
         msg = await self.js.get_msg(stream or self.cfg.log_stream, seq, direct=True)
         return RawMessage(
             seq=int(msg.seq or seq),
@@ -312,10 +318,20 @@ class EventLog:
             headers=dict(msg.headers or {}),
         )
 
+    def decode(self, data: bytes, *, subject: str) -> Event:
+        """The event stored as ``data`` on ``subject``: how every reader of the log decodes.
+
+        Raises :class:`EventDecodeError` when the bytes are not an event, and its subclass
+        :class:`~nanocrab.bus.placement.Misplaced` when the event is not the kind the broker
+        lets anyone store on ``subject`` (see ``bus/placement.py``).
+        """
+        return decode_stored(self.codec, self.subjects, subject, data)
+
     async def read(self, seq: int) -> Event:
-        """Decode the event at ``seq``; raises :class:`EventDecodeError` when it is not one."""
+        """Decode the event at ``seq``; raises :class:`EventDecodeError` when it is not one, or
+        is one stored on another subject than its own."""
         raw = await self.get(seq)
-        return self.codec.decode(raw.data)
+        return self.decode(raw.data, subject=raw.subject)
 
     async def stream_last_seq(self, stream: str | None = None) -> int:
         info = await self.js.stream_info(stream or self.cfg.log_stream)

@@ -2,7 +2,10 @@
 
 ``read`` yields the stored messages matching a filter from a start point up to the end of the
 stream *as it was when reading began*; ``follow`` keeps going with new events. Messages that do
-not decode are yielded too (with ``error`` set) so a timeline can show them instead of hiding them.
+not decode are yielded too (with ``error`` set) so a timeline can show them instead of hiding them;
+so are events stored on another subject than their own (``error`` is a
+:class:`~nanocrab.bus.placement.Misplaced`, ``event`` is ``None``): a reader shows them as
+rejected and never folds them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from nanocrab.events import Event, EventDecodeError
 
 
 class Stored(msgspec.Struct, frozen=True):
-    """One message of the log: its position, subject, and the event (or why it is not one)."""
+    """One message of the log: its position, subject, and the event (or why it is not one).
+
+    ``event`` is set only for an event that decodes *and* was stored on its own subject.
+    """
 
     seq: int
     subject: str
@@ -76,7 +82,7 @@ def consumer_config(window: Window) -> ConsumerConfig:
     if window.start_time is not None:
         return ConsumerConfig(
             deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=window.start_time
-        )  # type: ignore[arg-type]
+        )
     return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
 
 
@@ -85,7 +91,7 @@ def to_stored(
 ) -> Stored:
     pos = pos or position(msg)
     try:
-        event: Event | None = log.codec.decode(msg.data)
+        event: Event | None = log.decode(msg.data, subject=msg.subject)
         error = None
     except EventDecodeError as exc:
         event, error = None, exc
@@ -128,6 +134,7 @@ async def messages(
     try:
         if not follow:
             info = await sub.consumer_info()
+            assert info.delivered is not None  # the server always reports it
             if info.num_pending == 0 and info.delivered.consumer_seq == 0 and queue.empty():
                 # Nothing matches the filter from the start point; do not wait for delivery.
                 await asyncio.sleep(0)

@@ -8,10 +8,8 @@ from nanocrab.capabilities.module import (
     content_hash,
     parse_module,
 )
+from nanocrab.capabilities.rules import ALLOWED_MODULES, PERMISSIONS, RULES
 from nanocrab.capabilities.scan import (
-    ALLOWED_MODULES,
-    PERMISSIONS,
-    RULES,
     Finding,
     Permission,
     SafetyLevel,

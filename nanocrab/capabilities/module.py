@@ -32,7 +32,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
-from nanocrab.capabilities.scan import PERMISSIONS, Permission
+from nanocrab.capabilities.rules import PERMISSIONS
+from nanocrab.capabilities.scan import Permission
 
 METADATA_NAME = "CAPABILITY"
 MAX_DESCRIPTION_CHARS = 1024

@@ -536,16 +536,17 @@ class _Scanner(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if not isinstance(node.value, str) or id(node) in self._quiet:
             return
-        if self._annotation_depth and self._visit_string_annotation(node):
+        if self._annotation_depth and self._visit_string_annotation(node, node.value):
             return
         bad = sorted({m for m in DUNDER.findall(node.value) if m not in ALLOWED_DUNDER_STRINGS})
         if bad:
             self._flag("dynamic_attribute", f"the string mentions {', '.join(bad)}", node)
 
-    def _visit_string_annotation(self, node: ast.Constant) -> bool:
-        """Scan a string annotation as the expression it becomes; False if it does not parse."""
+    def _visit_string_annotation(self, node: ast.Constant, text: str) -> bool:
+        """Scan a string annotation (``text``, the value of ``node``) as the expression it becomes;
+        False if it does not parse."""
         try:
-            expr = ast.parse(node.value.strip(), mode="eval").body
+            expr = ast.parse(text.strip(), mode="eval").body
         except (SyntaxError, ValueError):
             return False
         for sub in ast.walk(expr):

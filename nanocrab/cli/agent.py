@@ -361,7 +361,7 @@ def say(
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             state = await _live_run(log, run_id)
-            mode = "steer" if steer else "follow_up"
+            mode: Literal["steer", "follow_up"] = "steer" if steer else "follow_up"
             session = state.task.session_id if state.task else None
             await log.append(
                 MessageQueued(mode=mode, text=text, run_id=run_id, source="cli", session_id=session)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 from sqlalchemy.exc import OperationalError
@@ -227,12 +228,14 @@ def status(json_: JsonOpt = False) -> None:
             finally:
                 await engine.dispose()
             out["runtime_up"] = RuntimeMarker(settings.home).alive()
+            out["home"] = str(settings.home)
             return out
 
     out = run_async(main())
     if json_:
         print_json(console, out)
         return
+    console.print(f"data directory: {out['home']}")
     t = Table(title="streams", title_justify="left")
     for col in ("name", "messages", "bytes", "last seq"):
         t.add_column(col)
@@ -248,10 +251,11 @@ def status(json_: JsonOpt = False) -> None:
         )
     console.print(c)
     p = Table(title="projections", title_justify="left")
-    for col in ("name", "position", "behind"):
+    for col in ("name", "position", "behind", "error"):
         p.add_column(col)
     for x in out["projections"]:
-        p.add_row(x["name"], str(x["position"]), str(x["behind"]))
+        error = x["error"] and f"[bold red]{escape(x['error'])}[/] ({x['attempts']} attempts)"
+        p.add_row(x["name"], str(x["position"]), str(x["behind"]), error or "")
     console.print(p)
     dl = out["dead_letters"]
     console.print(

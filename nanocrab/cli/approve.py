@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypedDict
 
 import typer
 from rich.prompt import Prompt
@@ -26,6 +26,19 @@ from nanocrab.security import KeyRing, sign
 Answer = ApprovalGranted | ApprovalDenied
 
 
+class _AnswerFields(TypedDict):
+    """What a grant and a denial of one request share."""
+
+    approval_id: str
+    approver: str
+    binding_hash: str
+    run_id: str | None
+    session_id: str | None
+    task_id: str | None
+    tenant: str
+    source: str
+
+
 def answer_for(
     request: ApprovalRequested,
     settings: Settings,
@@ -36,7 +49,7 @@ def answer_for(
 ) -> Answer:
     """A signed answer to ``request`` from this CLI's approver identity."""
     keypair = KeyRing(settings.keys_dir).keypair("approver")
-    common = {
+    common: _AnswerFields = {
         "approval_id": request.approval_id,
         "approver": settings.user,
         "binding_hash": request.binding_hash,
@@ -47,9 +60,9 @@ def answer_for(
         "source": "approver",
     }
     answer: Answer = (
-        ApprovalGranted(remember=remember, **common)  # type: ignore[arg-type]
+        ApprovalGranted(remember=remember, **common)
         if grant
-        else ApprovalDenied(reason=reason, **common)  # type: ignore[arg-type]
+        else ApprovalDenied(reason=reason, **common)
     )
     return sign(answer, keypair)
 
@@ -96,6 +109,7 @@ async def _find(log: EventLog, settings: Settings, approval_id: str) -> Approval
             f"[red]no approval {approval_id!r}[/]; list the pending ones with `nanocrab approvals`"
         )
         raise typer.Exit(1)
+    assert row.run_id is not None  # an approval is always requested within a run
     for stored in await read_run(log, row.run_id):
         if isinstance(stored.event, ApprovalRequested) and (
             stored.event.approval_id == row.approval_id

@@ -130,7 +130,7 @@ def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T
             finally:
                 await engine.dispose()
 
-    return run_async(main())  # type: ignore[no-any-return]
+    return run_async(main())
 
 
 def _plain(row: Any, **extra: Any) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def calls_table(rows: list[AuditRow], title: str, *, with_run: bool = True) -> T
         approval = r.approval_result or ""
         if r.approver:
             approval += f" by {_approver(r.approver)}"
-        cells = [
+        cells: list[str | Text] = [
             _local(r.requested_at), *([(r.run_id or "")[-8:]] if with_run else []),
             r.tool or "?", _args(r.arguments), r.tier or "", approval,
             Text(r.status, _STATUS_STYLE.get(r.status, "white")),

@@ -99,7 +99,7 @@ def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T
             finally:
                 await engine.dispose()
 
-    return run_async(main())  # type: ignore[no-any-return]
+    return run_async(main())
 
 
 def _known(detail: CapabilityDetail | None, name: str) -> CapabilityDetail:
@@ -174,7 +174,7 @@ def _change(name: str, make: Callable[[CapabilityDetail], Event | None]) -> Capa
                 await log.append(event)
             return detail
 
-    return run_async(main())  # type: ignore[no-any-return]
+    return run_async(main())
 
 
 def _not_removed(detail: CapabilityDetail) -> None:

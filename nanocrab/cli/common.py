@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any
+from collections.abc import Coroutine
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,8 +17,11 @@ from nanocrab.cli.settings import Settings
 from nanocrab.events import EventError
 from nanocrab.llm.base import LlmConfigError
 from nanocrab.policy import PolicyError
+from nanocrab.projections import ProjectionError
 from nanocrab.security import SecurityError
 from nanocrab.skills import SkillError
+
+T = TypeVar("T")
 
 app = typer.Typer(
     help="nanocrab: an event-sourced agent runtime on NATS JetStream.",
@@ -57,7 +61,7 @@ def setup(settings: Settings, service: str) -> None:
     )
 
 
-def run_async(coro: Any) -> Any:
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except BusError as exc:
@@ -75,3 +79,6 @@ def run_async(coro: Any) -> Any:
     except SecurityError as exc:
         err.print(f"[bold red]security set-up error:[/] {exc}")
         raise typer.Exit(2) from exc
+    except ProjectionError as exc:
+        err.print(f"[bold red]projection error:[/] {exc}")
+        raise typer.Exit(1) from exc

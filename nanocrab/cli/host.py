@@ -40,7 +40,13 @@ from nanocrab.bus.permissions import (
     RUNTIME_IDENTITIES,
     auth_config,
 )
-from nanocrab.projections import Projection, Projector, all_projections, make_engine
+from nanocrab.projections import (
+    Projection,
+    ProjectionError,
+    Projector,
+    all_projections,
+    make_engine,
+)
 from nanocrab.security import KeyRing, SecurityError
 
 log = logging.getLogger(__name__)
@@ -194,7 +200,7 @@ class Host:
         # process: keep it out of full collections, which otherwise stall the loop ~100+ ms.
         gc.freeze()
         self._background = [
-            asyncio.create_task(r.background(), name=f"background:{r.name}")  # type: ignore[attr-defined]
+            asyncio.create_task(r.background(), name=f"background:{r.name}")
             for r in self.reactors
             if hasattr(r, "background")
         ]
@@ -214,7 +220,7 @@ class Host:
         for p in self.projectors:
             try:
                 await asyncio.wait_for(p.catch_up(), drain_s)
-            except (TimeoutError, BusError) as exc:
+            except (TimeoutError, BusError, ProjectionError) as exc:
                 log.warning("projection %s not fully caught up on exit: %r", p.name, exc)
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nanocrab.bus import Stored
+from nanocrab.cli.render import problem
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
@@ -52,7 +53,7 @@ def line_for(s: Stored) -> Text | None:
     t = Text()
     match e:
         case None:
-            t.append(f"  ! undecodable event at seq {s.seq}: {s.error}", "bold red")
+            t.append(f"  ! {problem(s)} event at seq {s.seq}: {s.error}", "bold red")
         case TaskSubmitted(text=text):
             t.append("▶ task ", "bold cyan").append(_clip(text, 120))
         case RunStarted(agent=agent):

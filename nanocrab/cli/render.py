@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nanocrab.bus import Stored
+from nanocrab.bus.placement import Misplaced
 from nanocrab.events import Codec
 from nanocrab.projections import summarize
 
@@ -25,6 +26,12 @@ def style_for(event_type: str) -> str:
     return _COLORS.get(event_type.split(".", 1)[0], "white")
 
 
+def problem(s: Stored) -> str:
+    """What a stored message that is not a believable event is: ``rejected`` for an event stored
+    on another subject than its own (forged or mis-routed), ``undecodable`` otherwise."""
+    return "rejected" if isinstance(s.error, Misplaced) else "undecodable"
+
+
 def stored_json(s: Stored) -> dict[str, Any]:
     """The CloudEvents form of a stored event plus its stream position (for ``--json``)."""
     if s.event is None:
@@ -32,7 +39,13 @@ def stored_json(s: Stored) -> dict[str, Any]:
             "seq": s.seq,
             "subject": s.subject,
             "error": {
-                "kind": s.error.kind.value if s.error else "unknown",
+                "kind": (
+                    "misplaced"
+                    if isinstance(s.error, Misplaced)
+                    else s.error.kind.value
+                    if s.error
+                    else "unknown"
+                ),
                 "message": str(s.error),
             },
         }
@@ -44,7 +57,7 @@ def event_line(s: Stored) -> Text:
     t = Text()
     t.append(f"{s.seq:>7} ", style="dim")
     if s.event is None:
-        t.append(f"undecodable on {s.subject}: {s.error}", style="bold red")
+        t.append(f"{problem(s)} on {s.subject}: {s.error}", style="bold red")
         return t
     e = s.event
     t.append(e.time.strftime("%H:%M:%S.%f")[:-3] + " ", style="dim")
@@ -69,7 +82,7 @@ def timeline_table(run_id: str, events: list[Stored]) -> Table:
     ids = {s.event.id: s.seq for s in events if s.event}
     for s in events:
         if s.event is None:
-            table.add_row(str(s.seq), "", "", Text("undecodable", "bold red"), "", "", str(s.error))
+            table.add_row(str(s.seq), "", "", Text(problem(s), "bold red"), "", "", str(s.error))
             continue
         e = s.event
         delta = "" if previous is None else f"{(e.time - previous).total_seconds() * 1000:.1f}"

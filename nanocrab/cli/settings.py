@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, SecretStr
 
@@ -15,10 +18,28 @@ from nanocrab.bus.tracing import TraceExporter
 from nanocrab.projections import default_url
 
 
+def default_home(cwd: Path, environ: Mapping[str, str]) -> Path:
+    """The data directory for a working directory: ``<state>/nanocrab/<name>-<hash>``.
+
+    ``<state>`` is ``$XDG_STATE_HOME`` or ``~/.local/state``. One per working directory, so
+    ``nanocrab up`` and ``nanocrab publish`` started in the same project meet, and two projects
+    never share sessions. It is deliberately *outside* the working directory, which is the
+    agent's default workspace: the signing keys, the log and the database must not sit in a tree
+    the agent's tools may read (docs/security.md).
+    """
+    cwd = cwd.resolve()
+    state = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    digest = hashlib.sha256(str(cwd).encode()).hexdigest()[:10]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", cwd.name)[:40] or "root"
+    return Path(state).resolve() / "nanocrab" / f"{name}-{digest}"
+
+
 class Settings(BaseModel):
     """Everything the CLI wires. Environment variables:
 
-    ``NANOCRAB_HOME``      data directory (default ``./.nanocrab``): server store, SQLite, traces
+    ``NANOCRAB_HOME``      data directory: server store, SQLite, traces, keys (default: one per
+                           working directory under ``$XDG_STATE_HOME/nanocrab``, see
+                           :func:`default_home` — never inside the agent's workspace)
     ``NANOCRAB_NATS_URL``  an external NATS server/cluster; unset starts the embedded server
     ``NANOCRAB_NATS_AUTH`` ``nkeys``: connect as per-identity nkey users (seeds in
                            ``<home>/keys``); ``none``: one unauthenticated connection. Default
@@ -60,7 +81,8 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls) -> Settings:
-        home = Path(os.environ.get("NANOCRAB_HOME", ".nanocrab")).resolve()
+        explicit = os.environ.get("NANOCRAB_HOME")
+        home = Path(explicit).resolve() if explicit else default_home(Path.cwd(), os.environ)
         traces = os.environ.get("NANOCRAB_TRACES", "console")
         if traces not in ("console", "otlp", "none"):
             raise ValueError(f"NANOCRAB_TRACES={traces!r}: use console, otlp or none")
@@ -89,9 +111,9 @@ class Settings(BaseModel):
             nats_url=os.environ.get("NANOCRAB_NATS_URL") or None,
             nats_auth=None if nats_auth is None else nats_auth == "nkeys",
             db_url=os.environ.get("NANOCRAB_DB_URL") or default_url(home),
-            traces=traces,  # type: ignore[arg-type]
+            traces=cast(TraceExporter, traces),  # checked above: `in` does not narrow a str
             sync=os.environ.get("NANOCRAB_SYNC", "default"),
-            provider=provider,  # type: ignore[arg-type]
+            provider=cast(Literal["anthropic", "scripted"], provider),  # checked above
             anthropic_api_key=SecretStr(key) if key else None,
             model=os.environ.get("NANOCRAB_MODEL", ""),
             script=script,

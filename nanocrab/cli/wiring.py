@@ -17,7 +17,7 @@ from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
-from nanocrab.llm import CAPGEN_SCRIPT, AnthropicProvider, ScriptedProvider
+from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, AnthropicProvider, ScriptedProvider
 from nanocrab.llm.base import Message, Provider
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities, session_history
@@ -31,8 +31,10 @@ from nanocrab.tools.capability import CapabilityTool, EnabledCapability
 def make_provider(settings: Settings) -> Provider:
     if settings.provider == "anthropic":
         assert settings.anthropic_api_key is not None
-        options = {"model": settings.model} if settings.model else {}
-        return AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value(), **options)
+        return AnthropicProvider(
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            model=settings.model or DEFAULT_MODEL,
+        )
     return ScriptedProvider.from_yaml(settings.script)
 
 
@@ -147,6 +149,7 @@ def build_reactors(
             known_tools=frozenset(registry.names()),
             default_workspace=workspace,
             capability_permissions=capabilities.permissions,
+            protected=[p for p in (settings.home, settings.policy_file) if p is not None],
         ),
         Executor(
             logs("executor"),
@@ -156,6 +159,7 @@ def build_reactors(
             default_workspace=workspace,
             trusted_policy=policy_keys,
             trusted_approvers=approvers,
+            confinement=rules.exec.confinement(protected=(settings.home, settings.keys_dir)),
         ),
         LlmHandler(
             logs("llm"),

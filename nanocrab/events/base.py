@@ -64,6 +64,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     @property
     def type(self) -> str:
         """The event type string, ``family.name`` (the msgspec tag)."""
+        # msgspec types a tag str | int | None; every Event's tag is a str (class name or given)
         return self.type_tag or self.__struct_config__.tag  # type: ignore[return-value]
 
     def subject_id(self) -> str:

@@ -79,8 +79,7 @@ AnyEvent = (
 """The tagged union of every event type; decode targets and exhaustive matches use it."""
 
 EVENT_TYPES: Final[dict[str, type[Event]]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+    cls.__struct_config__.tag: cls for cls in AnyEvent.__args__
 }
 
 for _tag, _cls in EVENT_TYPES.items():

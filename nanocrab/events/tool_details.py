@@ -59,6 +59,10 @@ class ExecDetails(msgspec.Struct, frozen=True, tag="exec", kw_only=True):
     aborted: bool = False
     truncated: bool = False
     output_bytes: int = 0
+    # whether the command ran in the operating-system sandbox (events from before it existed
+    # decode as False, which is what they were), and why not when it did not
+    confined: bool = False
+    unconfined_reason: str | None = None
 
 
 class WebFetchDetails(msgspec.Struct, frozen=True, tag="web_fetch", kw_only=True):

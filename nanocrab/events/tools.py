@@ -16,6 +16,9 @@ ToolErrorKind = Literal[
     "path_escape",  # a path outside the granted workspace
     "timeout",
     "aborted",  # the run was cancelled (or failed) while the tool ran
+    # an earlier invocation started and never completed (the executor died); not run again,
+    # its effects are unknown
+    "interrupted",
     "failed",  # the tool ran and reported failure (non-zero exit, HTTP error, no match, ...)
     "internal",  # a bug in the tool
 ]

@@ -21,8 +21,8 @@ class EchoReactor:
     consumes: tuple[type[Event], ...] = (TaskSubmitted,)
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
-        assert isinstance(event, self.consumes)
-        return self.react(event)  # type: ignore[arg-type]
+        assert isinstance(event, Consumed)
+        return self.react(event)
 
     def react(self, event: Consumed) -> list[Event]:
         match event:

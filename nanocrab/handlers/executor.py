@@ -9,14 +9,27 @@ goes to the object store whole).
 Before every invocation it verifies the grant: a grant not signed by a trusted policy key is a
 forgery — recorded as ``security.rejected``, and the call keeps waiting for a real grant. A signed
 grant that names another tool, has expired or been revoked (even by a revocation that arrived
-first), belongs to a finished run, is bound to other arguments than the call's, or rests on an
-approval that no trusted approver signed for exactly this call is refused, recorded as a
-``tool.completed`` with ``error_kind="denied"`` saying why. A tool call without a grant never
-reaches the executor at all. Web hosts a grant allows are enforced on every redirect hop.
+first), belongs to a finished run, is not bound (``binding_hash``, every tier) to exactly the call
+it is about to run, or — Guarded/Unsafe — rests on an approval that no trusted approver signed
+for exactly this call is refused, recorded as a ``tool.completed`` with ``error_kind="denied"``
+saying why. What runs is the model's call: the tool and arguments of its ``tool_use`` block in
+``llm.responded``, which the run's fold also requires of the ``tool.requested`` the policy
+decided on. Only the first grant event of a call is acted on (a grant stored again under another
+event id changes nothing). A tool call without a grant never reaches the executor at all. Web
+hosts a grant allows are enforced on every redirect hop. Events of the run the fold did not
+believe (stored on another subject than their own, or a ``tool.requested`` that is not the
+model's call) are reported once each as ``security.rejected``.
 
-Redelivery: a call already completed is not run again. A crash *while* a tool runs means the
-grant is redelivered and the call runs again (at-least-once for host actions), with a second
-``tool.started`` so the log shows it.
+Redelivery never runs a side effect twice. A call already completed is not run again. A call
+this process is running (the grant redelivered, or stored twice) is left to that invocation: the
+redelivery waits for it, then finds the completion in the log. A call whose ``tool.started`` is in
+the log without a completion, and which no invocation here is running, was interrupted (the
+executor died mid-call): it is not run again but completed with ``error_kind="interrupted"`` —
+its effects are unknown, the model decides what to do — unless the tool is idempotent
+(``Tool.idempotent``: read, ls, glob, grep), which is simply run again with a second
+``tool.started``. The outcome is appended before the call is released, so a waiting redelivery
+always sees it. (Within one process the runtime's in-progress acks keep a running call from being
+redelivered at all; the rules above cover a lost connection and a restart.)
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -32,7 +46,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 
-from nanocrab.bus import Delivery, EventLog, stamp
+from nanocrab.bus import BusError, Delivery, EventLog, TransientError, stamp
 from nanocrab.events import (
     ApprovalGranted,
     CapabilityDetails,
@@ -49,11 +63,12 @@ from nanocrab.events import (
     utcnow,
 )
 from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS
-from nanocrab.handlers.runloader import RunLoader
-from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.runloader import RunLoader, report_rejected
+from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
 from nanocrab.security import binding_hash, signed_by, verify
-from nanocrab.tools.base import ArtifactStore, ToolContext
+from nanocrab.tools.base import ArtifactStore, ToolContext, ToolError, is_idempotent
+from nanocrab.tools.confine import Confinement
 from nanocrab.tools.hosts import HostAllowList
 from nanocrab.tools.ops import Operations
 from nanocrab.tools.registry import ToolRegistry
@@ -61,6 +76,15 @@ from nanocrab.tools.registry import ToolRegistry
 GRANT_ISSUER = "policy"
 _STARTED_ORDINAL = 10_000  # progress events are stamped outside the reaction ordinals (0..)
 _OUTPUT_ORDINAL = 1_000_000
+
+
+@dataclass
+class _Invocation:
+    """A call this process is handling: ``cancel`` aborts its tool, ``done`` is set once its
+    outcome is in the log."""
+
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class Executor:
@@ -79,7 +103,9 @@ class Executor:
         trusted_policy: frozenset[str],
         trusted_approvers: frozenset[str],
         tool_timeout_s: float = 120.0,
+        confinement: Confinement = Confinement(),
     ) -> None:
+        self.confinement = confinement  # exec's sandbox as the policy sets it; the grant adds
         self.log = log
         self.trusted_policy = trusted_policy
         self.trusted_approvers = trusted_approvers
@@ -89,7 +115,7 @@ class Executor:
         self.artifacts = artifacts
         self.default_workspace = default_workspace
         self.tool_timeout_s = tool_timeout_s
-        self._running: dict[str, dict[str, asyncio.Event]] = {}
+        self._running: dict[tuple[str, str], _Invocation] = {}  # (run id, call id) → invocation
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         assert isinstance(event, GrantIssued)
@@ -112,11 +138,12 @@ class Executor:
 
     async def _on_run_end(self, msg: Msg) -> None:
         try:
-            event = self.log.codec.decode(msg.data)
+            event = self.log.decode(msg.data, subject=msg.subject)
         except EventDecodeError:
-            return
-        for cancel in self._running.get(event.run_id or "", {}).values():
-            cancel.set()
+            return  # not an event, or not stored where its run's end belongs
+        for (run_id, _), invocation in list(self._running.items()):
+            if run_id == event.run_id:
+                invocation.cancel.set()
 
     def _forgery(self, grant: GrantIssued) -> SecurityRejected | None:
         problem = verify(grant, self.trusted_policy)
@@ -137,29 +164,29 @@ class Executor:
         call = state.call(grant.call_id)
         if call is None or call.requested is None:
             return f"no tool.requested {grant.call_id} in this run matches grant {grant.grant_id}"
-        if call.requested.tool != grant.tool:
-            return (
-                f"grant {grant.grant_id} is for {grant.tool!r}, the call is {call.requested.tool!r}"
-            )
+        if call.tool != grant.tool:
+            return f"grant {grant.grant_id} is for {grant.tool!r}, the call is {call.tool!r}"
         if grant.expires_at <= utcnow():
             return f"grant {grant.grant_id} expired at {grant.expires_at:%H:%M:%S}"
         if grant.grant_id in state.revoked:
             return f"grant {grant.grant_id} was revoked"
         if state.terminal:
             return f"the run is {state.status}"
-        if grant.tier != "safe":
-            return self._binding_refusal(state, grant, call.requested.arguments)
-        return None
+        return self._binding_refusal(state, grant, call.arguments)
 
     def _binding_refusal(
         self, state: RunState, grant: GrantIssued, arguments: dict[str, object]
     ) -> str | None:
-        """A Guarded/Unsafe grant must be bound to exactly this call and rest on an approval."""
+        """Every grant must be bound to exactly the call about to run (the model's tool and
+        arguments, the grant's resources, its nonce); a Guarded/Unsafe one must also rest on an
+        approval a trusted approver signed for that binding."""
         if not grant.binding_hash or not grant.nonce:
             return f"{grant.tier} grant {grant.grant_id} is not bound to the call"
         resources = [c.resource for c in grant.capabilities]
         if binding_hash(grant.tool, arguments, resources, grant.nonce) != grant.binding_hash:
             return f"grant {grant.grant_id} is bound to other arguments than the call's"
+        if grant.tier == "safe":
+            return None
         if grant.approval_id is None:
             return f"{grant.tier} grant {grant.grant_id} names no approval"
         if grant.remembered:
@@ -178,12 +205,37 @@ class Executor:
             return []
         if (forgery := self._forgery(grant)) is not None:
             return [forgery]
+        key = (grant.run_id, grant.call_id)
+        while (other := self._running.get(key)) is not None:
+            await other.done.wait()  # this process is settling the call: wait, then look again
+        mine = self._running[key] = _Invocation()
+        try:
+            outcome = await self._settle(grant, delivery, mine.cancel)
+            # appended before the call is released, so a waiting redelivery sees it
+            await self.log.append_batch(stamp(self.name, grant, outcome))
+        except BusError as exc:
+            # redelivered later: the log then says whether the tool started (→ interrupted)
+            raise TransientError(f"call {grant.call_id}: {exc}") from exc
+        finally:
+            del self._running[key]
+            mine.done.set()
+        return []
+
+    async def _settle(
+        self, grant: GrantIssued, delivery: Delivery, cancel: asyncio.Event
+    ) -> list[Event]:
+        """What a trusted grant comes to: nothing (the call is settled already, or this is not
+        its first grant event), a refusal, ``interrupted``, or the tool's result."""
+        assert grant.run_id is not None
         state = await self.loader.state(grant.run_id)
+        await self._report(grant, state)
         call = state.call(grant.call_id)
         if call is not None and call.completed is not None:
             return []  # already ran: a redelivery
-        if call is not None and call.grant is not None and call.grant.grant_id != grant.grant_id:
-            return []  # another grant for this call came first
+        if call is not None and call.grant is not None and call.grant.id != grant.id:
+            return []  # another grant for this call (or this one stored again) came first
+        if call is not None and call.started is not None and not self._idempotent(grant.tool):
+            return [_interrupted(call)]
         refusal = self._refusal(state, grant)
         if refusal is not None:
             return [
@@ -195,10 +247,32 @@ class Executor:
                     content=[TextBlock(f"refused: {refusal}")],
                 )
             ]
-        assert call is not None and call.requested is not None and state.task is not None
-        cancel = asyncio.Event()
-        self._running.setdefault(grant.run_id, {})[grant.call_id] = cancel
-        # one tool.started per delivery: a re-execution after a crash shows as a second start
+        assert call is not None
+        return await self._run(state, call, grant, delivery, cancel)
+
+    def _idempotent(self, tool: str) -> bool:
+        try:
+            return is_idempotent(self.registry.get(tool))
+        except ToolError:
+            return False  # unknown: the invocation reports it, nothing ran
+
+    async def _report(self, grant: GrantIssued, state: RunState) -> None:
+        """Record each event of the run its fold did not believe as ``security.rejected``, once
+        per stored event (the report's id derives from the event's stream sequence)."""
+        await report_rejected(self.log, self.name, grant, state)
+
+    async def _run(
+        self,
+        state: RunState,
+        call: CallState,
+        grant: GrantIssued,
+        delivery: Delivery,
+        cancel: asyncio.Event,
+    ) -> list[Event]:
+        """Invoke the model's call (``call.arguments``) under ``grant``: ``tool.started``, output
+        chunks, then the result (and the capability record) to append."""
+        assert grant.run_id is not None and state.task is not None
+        # one tool.started per delivery: an idempotent call re-run after a crash starts twice
         invocation = derive_event_id("invocation", grant.id, delivery.deliveries)
         started_event = ToolStarted(
             call_id=grant.call_id, tool=grant.tool, invocation_id=invocation,
@@ -229,16 +303,12 @@ class Executor:
             run_id=grant.run_id,
             call_id=grant.call_id,
             allowed_hosts=_granted_hosts(grant),
+            confinement=self.confinement.for_grant(grant.tier, grant.capabilities),
         )
         if state.terminal:
             cancel.set()
         started = time.perf_counter()
-        try:
-            result = await self.registry.invoke(grant.tool, call.requested.arguments, ctx)
-        finally:
-            self._running.get(grant.run_id, {}).pop(grant.call_id, None)
-            if not self._running.get(grant.run_id):
-                self._running.pop(grant.run_id, None)
+        result = await self.registry.invoke(grant.tool, call.arguments, ctx)
         completed = ToolCompleted(
             call_id=grant.call_id,
             tool=grant.tool,
@@ -282,6 +352,24 @@ class Executor:
             details=None,
             artifacts=[*completed.artifacts, ref],
         )
+
+
+def _interrupted(call: CallState) -> ToolCompleted:
+    """The result of a call whose earlier invocation started and never completed."""
+    assert call.started is not None
+    text = (
+        f"interrupted: {call.tool} was started at {call.started.time:%Y-%m-%d %H:%M:%S} UTC and "
+        "the executor stopped before it finished (a crash or restart). Its effects are unknown: "
+        "it may have done all, part or none of its work. It was not run again; check the state "
+        "(files, processes) before deciding whether to call it again."
+    )
+    return ToolCompleted(
+        call_id=call.call_id,
+        tool=call.tool,
+        is_error=True,
+        error_kind="interrupted",
+        content=[TextBlock(text)],
+    )
 
 
 def _granted_hosts(grant: GrantIssued) -> HostAllowList | None:

@@ -222,10 +222,9 @@ class LlmHandler:
             summary = (
                 f"{state.compaction.summary}\n{conversation.summarise_turns(answered[already:cut])}"
             )
+        upto = answered[cut - 1].response
         return ContextCompacted(
-            summary=summary,
-            turns_summarised=cut,
-            upto_event_id=answered[cut - 1].response.id if answered[cut - 1].response else "",
+            summary=summary, turns_summarised=cut, upto_event_id=upto.id if upto else ""
         )
 
 

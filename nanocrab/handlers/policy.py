@@ -8,8 +8,9 @@ with the policy key), ``grant.denied``, ``approval.requested``, ``approval.expir
 Per tier: Safe → a grant at once. Deny → ``grant.denied`` naming the rule. Guarded → a grant at
 once if this session already approved the rule "for the session" (never across sessions, never
 for a subagent unless the rule shares), else ``approval.requested``. Unsafe → an approval for
-every call; "for the session" is ignored. Guarded/Unsafe grants are bound to a hash of (tool,
-arguments, resources, nonce) that the approval must repeat. An answer is trusted only when signed
+every call; "for the session" is ignored. Every grant, Safe included, is bound to a hash of
+(tool, arguments, resources, nonce) that the executor recomputes from the call it runs; for
+Guarded/Unsafe the approval must repeat it. An answer is trusted only when signed
 by a trusted approver key; the first trusted answer wins; answers for other arguments, after the
 expiry or after the run ended never produce a grant. No answer by ``expires_at`` →
 ``approval.expired`` + ``grant.denied``. When a run ends, its grants are revoked and its open
@@ -56,7 +57,8 @@ from nanocrab.events import (
     derive_event_id,
     utcnow,
 )
-from nanocrab.handlers.runloader import RunLoader
+from nanocrab.events.values import RiskTier
+from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
 from nanocrab.policy import Decision, Policy, Request, evaluate
@@ -109,6 +111,7 @@ class PolicyHandler:
         default_workspace: Path,
         watch_interval_s: float = 0.25,
         capability_permissions: PermissionLookup | None = None,
+        protected: Sequence[Path] = (),
     ) -> None:
         """``capability_permissions`` says what an enabled capability declared (``None`` for
         one that is unknown, disabled or removed); without it the ``capability`` tool can only
@@ -120,6 +123,7 @@ class PolicyHandler:
         self.known_tools = known_tools
         self.default_workspace = default_workspace
         self.capability_permissions = capability_permissions
+        self.protected = tuple(str(p) for p in protected)  # no tool may touch these (data dir)
         self.watch_interval_s = watch_interval_s
         self.loader = RunLoader(log)
         self.grant_ttl = timedelta(seconds=policy.grant_ttl)
@@ -147,7 +151,12 @@ class PolicyHandler:
         if state.task is None:
             return [_deny(event.call_id, event.tool, "the run has no task")]
         call = state.call(event.call_id)
-        if call is not None and (call.grant or call.denied or call.approval):
+        if call is None or call.requested is None or call.requested.id != event.id:
+            # not the model's call as the run's fold believes it (a forged or repeated request,
+            # kept in ``state.rejected``): reported, never decided on
+            await report_rejected(self.log, self.name, event, state)
+            return []
+        if call.grant or call.denied or call.approval:
             return []  # decided already: a redelivery
         if state.terminal:
             return [_deny(event.call_id, event.tool, f"the run is {state.status}")]
@@ -159,6 +168,7 @@ class PolicyHandler:
                 arguments=event.arguments,
                 workspace=workspace,
                 known_tools=self.known_tools,
+                protected=self.protected,
             ),
             budget=state.task.capabilities,
         )
@@ -241,7 +251,9 @@ class PolicyHandler:
         approval_id: str | None = None,
         remembered: bool = False,
     ) -> GrantIssued:
-        nonce = secrets.token_hex(16) if decision.tier != "safe" else None
+        # every grant, Safe included, is bound to the exact call it was decided on: the executor
+        # recomputes the hash from the model's call and refuses any other arguments
+        nonce = secrets.token_hex(16)
         resources = [c.resource for c in decision.capabilities]
         grant = GrantIssued(
             grant_id=derive_event_id("grant", event.call_id, 0),
@@ -252,9 +264,7 @@ class PolicyHandler:
             tier=decision.tier,
             rule=decision.rule,
             expires_at=utcnow() + self.grant_ttl,
-            binding_hash=(
-                binding_hash(event.tool, event.arguments, resources, nonce) if nonce else None
-            ),
+            binding_hash=binding_hash(event.tool, event.arguments, resources, nonce),
             nonce=nonce,
             approval_id=approval_id,
             remembered=remembered,
@@ -442,9 +452,9 @@ class PolicyHandler:
 
     async def _on_decision(self, msg: Msg) -> None:
         try:
-            self.note(self.log.codec.decode(msg.data))
+            self.note(self.log.decode(msg.data, subject=msg.subject))
         except EventDecodeError:
-            return  # a bad message is the runtimes' to dead-letter
+            return  # a bad or misplaced message is the runtimes' to dead-letter
 
     async def _expire_due(self, now: datetime | None = None) -> None:
         now = now or utcnow()
@@ -476,14 +486,14 @@ class PolicyHandler:
                 self.open.pop(approval_id, None)
 
 
-def _raised(decision: Decision, tier: str, why: str) -> Decision:
+def _raised(decision: Decision, tier: RiskTier, why: str) -> Decision:
     """``decision`` at ``tier`` if that is stricter (a tier is only ever raised), saying why."""
     if _TIERS.index(tier) <= _TIERS.index(decision.tier):
         return decision
     return dataclasses.replace(decision, tier=tier, reason=f"{decision.reason}; {why}")
 
 
-def tier_for(permissions: Sequence[str]) -> str:
+def tier_for(permissions: Sequence[str]) -> RiskTier:
     """The least tier a capability's declared permissions call for: reading is Safe, writing
     asks a person (Guarded), the network every time (Unsafe)."""
     if "net" in permissions:
@@ -499,7 +509,7 @@ def _deny(
     reason: str,
     *,
     rule: str | None = None,
-    tier: str = "deny",
+    tier: RiskTier = "deny",
     approval_id: str | None = None,
 ) -> GrantDenied:
     return GrantDenied(
@@ -507,7 +517,7 @@ def _deny(
         tool=tool,
         reason=reason,
         rule=rule,
-        tier=tier,  # type: ignore[arg-type]
+        tier=tier,
         approval_id=approval_id,
     )
 

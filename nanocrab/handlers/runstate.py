@@ -1,5 +1,12 @@
 """A run's state, folded from its events. Shared by the orchestrator, policy, executor and LLM
-handler, so they all read one truth: the log."""
+handler, so they all read one truth: the log.
+
+What the fold refuses to believe is kept aside in ``RunState.rejected`` (never folded): events
+stored on another subject than their own (``bus/placement.py``, found by the loader) and any
+``tool.requested`` that is not the model's call — a second request for a call already requested
+(the first stands), or one whose tool or arguments differ from the ``tool_use`` block of that
+call in ``llm.responded``. So a call's ``requested`` is always exactly what the model asked for.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from nanocrab.events import (
     RunCompleted,
     RunFailed,
     RunStarted,
+    SecurityRejected,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -62,6 +70,26 @@ class CallState:
     @property
     def finished(self) -> bool:
         return bool(self.completed or self.skipped or self.denied)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A stored event of the run the fold did not believe: where it is, what it claims, why."""
+
+    seq: int
+    event: Event
+    reason: str
+
+    @property
+    def call_id(self) -> str | None:
+        """The call the event claims to be about, if its type names one."""
+        match self.event:
+            case (
+                ToolRequested() | ToolStarted() | ToolCompleted() | ToolSkipped() | GrantIssued()
+                | GrantDenied() | ApprovalRequested()
+            ):  # fmt: skip
+                return self.event.call_id
+        return None
 
 
 @dataclass
@@ -100,6 +128,9 @@ class RunState:
     # signed events a fold should believe (None: all); untrusted grants are not folded in
     trust: Trust | None = field(default=None, repr=False)
     children: dict[str, str] = field(default_factory=dict)  # child run id -> parent call id
+    # stored events of the run not believed (see the module docstring), in log order
+    rejected: list[Rejected] = field(default_factory=list)
+    reported: set[str] = field(default_factory=set)  # ids of the run's security.rejected events
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
@@ -126,8 +157,15 @@ class RunState:
     def pending(self, mode: Literal["steer", "follow_up"]) -> list[MessageQueued]:
         return [m for m in self.queued if m.mode == mode and m.id not in self.delivered]
 
+    def reject(self, event: Event, seq: int, reason: str) -> None:
+        """Keep ``event`` (stored at ``seq``) aside, unbelieved; the fold moves past it."""
+        self.seq = max(self.seq, seq)
+        self.rejected.append(Rejected(seq, event, reason))
+
     def apply(self, event: Event, seq: int = 0) -> None:
         """Fold one event in (events must come in log order)."""
+        if isinstance(event, ToolRequested) and not self._believed(event, seq):
+            return
         self.events.append(event)
         self.seq = max(self.seq, seq)
         self.last_time = event.time
@@ -155,7 +193,7 @@ class RunState:
                 self.compaction = event
             case ToolRequested():
                 if (c := self.call(event.call_id)) is not None:
-                    c.requested = event
+                    c.requested = event  # _believed: the model's call, and the first request
             case GrantIssued():
                 if self.trust is not None and not self.trust(event):
                     return
@@ -201,8 +239,34 @@ class RunState:
             case RunCancelled():
                 if not self.terminal:
                     self.outcome, self.status = event, "cancelled"
+            case SecurityRejected():
+                self.reported.add(event.id)
             case _:
                 pass
+
+    def _believed(self, event: ToolRequested, seq: int) -> bool:
+        """Whether ``event`` is the request for the model's call. One that is not is kept aside
+        in ``rejected``; a word-for-word repeat of the request already folded is just skipped."""
+        call = self.call(event.call_id)
+        if call is not None and call.requested is not None:
+            if call.requested.tool == event.tool and call.requested.arguments == event.arguments:
+                self.seq = max(self.seq, seq)
+                return False
+            why = (
+                f"tool.requested {event.id}: a second request for call {event.call_id} with "
+                f"other arguments (the first, {call.requested.id}, stands)"
+            )
+        elif call is None:
+            why = f"tool.requested {event.id}: the model asked for no call {event.call_id}"
+        elif event.tool != call.tool or event.arguments != call.arguments:
+            why = (
+                f"tool.requested {event.id} asks for {event.tool!r} with other arguments than "
+                f"the model's call {event.call_id} ({call.tool!r})"
+            )
+        else:
+            return True
+        self.reject(event, seq, why)
+        return False
 
     def _turn(self, index: int) -> TurnState | None:
         for t in reversed(self.turns):

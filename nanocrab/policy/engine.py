@@ -12,18 +12,36 @@ Evaluation order (the first step that decides, decides):
    (:func:`nanocrab.policy.shell.parse_command`).
 3. **Resource**: path tools (read, write, edit, ls, glob, grep) → the real path of ``path``
    (ls/glob/grep default ``.``), joined to the workspace with ``..`` and symlinks followed (a
-   path outside the workspace is still a resource: rules decide); ``exec`` → the command;
-   ``web_fetch`` → the URL's normalised host; any other tool → its name as the scope.
-4. **Deny rules**, wherever they stand in the file: if any matches, deny (deny wins). A deny
-   rule's ``paths`` match a path inside them — and for glob/grep, which descend, also a
-   directory containing them — and, for exec, any command argument or glob prefix reaching
-   them; its ``commands`` match when any segment, or any tail of a segment's words (so
+   path outside the workspace is still a resource: rules decide), plus its lexical form;
+   ``exec`` → the command; ``web_fetch`` → the URL's normalised host; any other tool → its name
+   as the scope (``python`` also mounts the whole workspace).
+4. **Protected paths** (built in, no policy file can change it): ``request.protected`` — the
+   nanocrab data directory with its signing keys, log and database, and the policy file — is
+   denied to every tool under the rule name ``nanocrab-data``: a path in it (real or as
+   written), a grep descending into it, an exec argument, glob or redirection reaching it, a
+   ``python`` mount of a workspace holding it. A workspace that lies strictly inside a protected
+   directory (the default ``<home>/workspace``) is spared; one that *is* it, is not.
+5. **Deny rules**, wherever they stand in the file: if any matches, deny (deny wins). A deny
+   rule's ``paths`` match a path inside them, real or as written, minus its ``except_paths``
+   subtrees (``except_paths`` that lie inside the rule's path; ``${workspace}`` spares a
+   workspace inside a home directory) — and for glob/grep, which descend, also a directory
+   containing them; for exec, any command argument, redirection, glob's current match or glob
+   pattern reaching them; for ``python``, a workspace holding them. A deny rule's ``commands``
+   match when any segment, or any tail of a segment's words (so
    ``nohup``/``timeout``/``xargs`` cannot hide a command), matches a glob.
-5. **Other rules**, top to bottom: the first that matches assigns its tier, scope and
+6. **Other rules**, top to bottom: the first that matches assigns its tier, scope and
    ``share_with_subagents``. A rule's ``commands`` match only when every segment of the command
-   matches one of that rule's globs.
-6. **Nothing matched**: deny, with a hint for the rule to add to policy.yaml.
-7. **Budget** (when given): the call must be covered by one of the task's capabilities (same
+   matches one of its globs, its ``programs`` when every segment is accepted by one of its
+   argument grammars (:mod:`nanocrab.policy.programs`). A **Safe** rule matches an exec call
+   only if the command writes nothing through redirection (``>``, ``>>``, ``>|`` to anything
+   but ``/dev/null``) and — for ``commands`` globs and rules without a resource — every word
+   read as a path stays inside the workspace; otherwise the next rule decides (in the default
+   policy ``shell-other``: Unsafe), and the reason says why the Safe rule did not apply.
+7. **Nothing matched**: deny, with a hint for the rule to add to policy.yaml.
+8. **Floor** (built in): a write into a ``.git`` directory (``write``/``edit`` of such a path,
+   an exec redirection into one) is at least Unsafe — hooks and config there run code on
+   later git calls.
+9. **Budget** (when given): the call must be covered by one of the task's capabilities (same
    tool or ``*``; access ``any`` or equal; a resource, when set, contains the path / matches the
    host / equals the scope / matches every command segment), else deny. A budget only narrows:
    it never turns a deny into anything else and never changes a tier.
@@ -39,12 +57,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nanocrab.events.values import Capability, GrantScope, RiskTier
+from nanocrab.policy.commands import covered, forbidden, git_write, not_safe
 from nanocrab.policy.matchers import (
     EXEC_TOOL,
+    MOUNT_TOOLS,
     PATH_TOOLS,
     URL_TOOLS,
     WALK_TOOLS,
     Refused,
+    Zone,
     check_text,
     check_tool_name,
     compile_globs,
@@ -52,11 +73,13 @@ from nanocrab.policy.matchers import (
     host_list,
     inside,
     inside_any,
+    lexical_path,
     parse_url,
     resolve_path,
 )
-from nanocrab.policy.rules import Policy, Rule
-from nanocrab.policy.shell import ParsedCommand, PathWord, parse_command
+from nanocrab.policy.programs import Grammar, compile_program
+from nanocrab.policy.rules import PROTECTED_RULE, Policy, Rule
+from nanocrab.policy.shell import ParsedCommand, parse_command, word_in_zone
 from nanocrab.tools.hosts import HostAllowList
 
 Access = Literal["read", "write", "execute", "network", "any"]
@@ -65,24 +88,29 @@ _ACCESS: dict[str, Access] = {
     "write": "write", "edit": "write", EXEC_TOOL: "execute", "web_fetch": "network",
 }  # fmt: skip
 _DOT_DEFAULT = frozenset({"ls", "glob", "grep"})
+_CONTENT_WALKERS = frozenset({"grep"})  # walk tools that read what they find, not only names
+_RANK: dict[RiskTier, int] = {"safe": 0, "guarded": 1, "unsafe": 2, "deny": 3}
 _MAX_WORKSPACES = 64
 
 
 @dataclass(frozen=True)
 class Request:
-    """One tool call to decide. ``workspace`` is already a real path."""
+    """One tool call to decide. ``workspace`` is already a real path; ``protected`` are paths
+    no tool may touch whatever the policy says (the data directory, the policy file)."""
 
     tool: str
     arguments: Mapping[str, Any]
     workspace: Path
     known_tools: frozenset[str]
+    protected: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Decision:
     """The policy's answer. ``capabilities`` is what a grant would cover (empty when denied);
     ``resource`` is the canonical resource to bind a grant or approval to; ``rule`` is the id of
-    the deciding rule (``None`` for default deny, the sanity checks and a budget refusal)."""
+    the deciding rule (``nanocrab-data`` for the built-in protection; ``None`` for default deny,
+    the sanity checks and a budget refusal)."""
 
     tier: RiskTier
     reason: str
@@ -101,6 +129,8 @@ class _Target:
     access: Access
     walks: bool = False
     command: ParsedCommand | None = None
+    lexical: str | None = None  # a path as written, ``..`` applied
+    mounts: str | None = None  # the workspace, for tools that mount it whole
 
     def describe(self) -> str:
         if self.kind == "path":
@@ -117,14 +147,17 @@ class _Compiled:
     rule: Rule
     tools: frozenset[str] | None  # None: every tool
     paths: tuple[str, ...] | None
+    zone: Zone | None  # a deny rule's paths, minus their except_paths
     hosts: HostAllowList | None
     commands: tuple[re.Pattern[str], ...] | None
+    programs: tuple[Grammar, ...] | None
     scopes: frozenset[str] | None
 
 
 @dataclass(frozen=True, slots=True)
 class _Rules:
     workspace: str
+    protected: Zone
     deny: tuple[_Compiled, ...]
     ordered: tuple[_Compiled, ...]
 
@@ -133,14 +166,23 @@ def evaluate(
     policy: Policy, request: Request, budget: Sequence[Capability] | None = None
 ) -> Decision:
     """Decide ``request`` under ``policy`` (narrowed by ``budget``); see the module docstring."""
-    rules = _rules_for(policy, str(request.workspace))
+    rules = _rules_for(policy, str(request.workspace), request.protected)
     try:
         tool = check_tool_name(request.tool, request.known_tools)
         target = _target(tool, request.arguments, rules.workspace)
     except Refused as exc:
         return _deny(exc.reason, None, None)
+    hit = _in_zone(rules.protected, target, walks=target.tool in _CONTENT_WALKERS)
+    if hit is not None:
+        return _deny(
+            f"{hit}: that is nanocrab's own data (signing keys, the event log, the database, "
+            "the policy), which no tool may read or change whatever the policy says. Do not "
+            "retry; work inside the workspace",
+            PROTECTED_RULE,
+            target.resource,
+        )
     for compiled in rules.deny:
-        detail = _match(compiled, target, deny=True)
+        detail = _match(compiled, target, rules.workspace, deny=True)
         if detail is not None:
             return _deny(
                 f"denied by rule {compiled.rule.id!r}: {detail}. Do not retry this call; "
@@ -148,11 +190,25 @@ def evaluate(
                 compiled.rule.id,
                 target.resource,
             )
+    notes: list[str] = []
     chosen = next(
-        (c.rule for c in rules.ordered if _match(c, target, deny=False) is not None), None
+        (
+            c.rule
+            for c in rules.ordered
+            if _match(c, target, rules.workspace, notes=notes) is not None
+        ),
+        None,
     )
     if chosen is None:
-        return _deny(_no_rule(target, rules.ordered), None, target.resource)
+        return _deny(_no_rule(target, rules.ordered, notes), None, target.resource)
+    tier: RiskTier = chosen.tier
+    reason = f"rule {chosen.id!r} assigns tier {tier} to {target.describe()}"
+    raised = _git_write(target)
+    if raised is not None and _RANK[tier] < _RANK["unsafe"]:
+        tier = "unsafe"
+        reason += f"; raised to unsafe: {raised}"
+    if notes and chosen.tier != "safe":
+        reason += f" (not Safe: {notes[0]})"
     if budget is not None and not any(_covers(cap, target, rules.workspace) for cap in budget):
         held = ", ".join(_show(cap) for cap in budget) or "nothing"
         return _deny(
@@ -162,8 +218,8 @@ def evaluate(
             target.resource,
         )
     return Decision(
-        tier=chosen.tier,
-        reason=f"rule {chosen.id!r} assigns tier {chosen.tier} to {target.describe()}",
+        tier=tier,
+        reason=reason,
         rule=chosen.id,
         capabilities=(Capability(tool=tool, resource=target.resource, access=target.access),),
         resource=target.resource,
@@ -190,14 +246,15 @@ def _target(tool: str, arguments: Mapping[str, Any], workspace: str) -> _Target:
         if not raw.strip():
             raise Refused("the path is empty; give a path inside the workspace")
         real = resolve_path(workspace, raw)
-        return _Target(tool, "path", real, access, walks=tool in WALK_TOOLS)
+        lexical = lexical_path(workspace, raw)
+        return _Target(tool, "path", real, access, walks=tool in WALK_TOOLS, lexical=lexical)
     if tool == EXEC_TOOL:
         command = _string(arguments, "command")
         parsed = parse_command(command, workspace)
         return _Target(tool, "command", command, access, command=parsed)
     if tool in URL_TOOLS:
         return _Target(tool, "host", parse_url(_string(arguments, "url")), access)
-    return _Target(tool, "scope", tool, access)
+    return _Target(tool, "scope", tool, access, mounts=workspace if tool in MOUNT_TOOLS else None)
 
 
 def _string(arguments: Mapping[str, Any], key: str, default: str | None = None) -> str:
@@ -208,82 +265,106 @@ def _string(arguments: Mapping[str, Any], key: str, default: str | None = None) 
     return value
 
 
-# --- steps 4 and 5: rules -----------------------------------------------------------------------
+# --- steps 4 to 6: protected paths and rules ----------------------------------------------------
 
 
-def _match(c: _Compiled, target: _Target, *, deny: bool) -> str | None:
-    """``None`` when ``c`` does not match ``target``; else what matched, for the reason."""
+def _in_zone(zone: Zone, target: _Target, *, walks: bool) -> str | None:
+    """Why ``target`` reaches ``zone`` (``walks``: also by descending into it), or ``None``."""
+    if target.kind == "path":
+        for path in dict.fromkeys((target.resource, target.lexical or target.resource)):
+            root = zone.holds(path)
+            if root is not None:
+                return f"{path} is inside {root}"
+        if walks:
+            for root in zone.below(target.resource):
+                return (
+                    f"{target.tool} would descend from {target.resource} into {root}; "
+                    "search a narrower directory"
+                )
+        return None
+    if target.command is not None:
+        for word in target.command.every_path():
+            hit = word_in_zone(word, zone)
+            if hit is not None:
+                return hit
+        return None
+    if target.mounts is not None:
+        root = zone.holds(target.mounts) or next(zone.below(target.mounts), None)
+        if root is not None:
+            return (
+                f"{target.tool} mounts the whole workspace {target.mounts}, which holds {root}; "
+                "keep that out of the workspace"
+            )
+    return None
+
+
+def _match(
+    c: _Compiled, target: _Target, workspace: str, *, deny: bool = False,
+    notes: list[str] | None = None,
+) -> str | None:  # fmt: skip
+    """``None`` when ``c`` does not match ``target``; else what matched, for the reason.
+    ``notes`` collects why a rule whose commands fit did not match (for the model)."""
     if c.tools is not None and target.tool not in c.tools:
         return None
+    if c.zone is not None:  # a deny rule's paths
+        return _in_zone(c.zone, target, walks=target.walks)
     if c.paths is not None:
-        return _match_paths(c.paths, target, deny=deny)
+        root = inside_any(target.resource, c.paths) if target.kind == "path" else None
+        return f"{target.resource} is inside {root}" if root is not None else None
     if c.hosts is not None:
         ok = target.kind == "host" and c.hosts.allows(target.resource)
         return f"host {target.resource!r} matches {', '.join(c.hosts.patterns)}" if ok else None
-    if c.commands is not None:
-        return _match_commands(c.commands, target, deny=deny)
+    if c.commands is not None and deny:
+        return forbidden(c.commands, target.command) if target.command is not None else None
+    if c.commands is not None or c.programs is not None:
+        return _match_exec(c, target, workspace, notes)
     if c.scopes is not None:
         ok = target.kind == "scope" and target.resource in c.scopes
         return f"scope {target.resource!r}" if ok else None
+    if not deny and c.rule.tier == "safe" and target.command is not None:
+        bad = not_safe(target.command, workspace, paths=True)
+        if bad is not None:
+            _note(notes, c, bad)
+            return None
     return f"{target.tool} is covered by this rule whatever its arguments"
 
 
-def _match_paths(roots: tuple[str, ...], target: _Target, *, deny: bool) -> str | None:
-    if target.kind == "path":
-        root = inside_any(target.resource, roots)
-        if root is not None:
-            return f"{target.resource} is inside {root}"
-        if deny and target.walks:
-            for root in roots:
-                if inside(target.resource, root):
-                    return (
-                        f"{target.tool} would descend from {target.resource} into {root}; "
-                        "search a narrower directory"
-                    )
-        return None
-    if deny and target.command is not None:
-        for word in target.command.path_words:
-            hit = _word_hits(word, roots)
-            if hit is not None:
-                return hit
-    return None
-
-
-def _word_hits(word: PathWord, roots: tuple[str, ...]) -> str | None:
-    root = inside_any(word.path, roots)
-    if root is not None:
-        return f"the argument {word.word!r} resolves to {word.path}, inside {root}"
-    if word.glob:
-        for root in roots:
-            if inside(word.path, root):
-                return f"the glob {word.word!r} could reach {root}"
-    return None
-
-
-def _match_commands(
-    globs: tuple[re.Pattern[str], ...], target: _Target, *, deny: bool
+def _match_exec(
+    c: _Compiled, target: _Target, workspace: str, notes: list[str] | None
 ) -> str | None:
     if target.command is None:
         return None
-    segments = target.command.segments
-    if deny:
-        for seg in segments:
-            for text in (seg.text, *(" ".join(seg.argv[i:]) for i in range(len(seg.argv)))):
-                if any(g.match(text) for g in globs):
-                    return f"the command {text!r} is forbidden"
-        return None
-    if all(any(g.match(seg.text) for g in globs) for seg in segments):
-        return f"every part of {target.resource!r} matches"
+    ok, why = covered(
+        target.command, workspace, globs=c.commands, grammars=c.programs,
+        safe=c.rule.tier == "safe",
+    )  # fmt: skip
+    if why is not None:
+        _note(notes, c, why)
+    return f"every part of {target.resource!r} matches" if ok else None
+
+
+def _note(notes: list[str] | None, c: _Compiled, text: str) -> None:
+    if notes is not None:
+        notes.append(f"rule {c.rule.id!r} does not cover it: {text}")
+
+
+def _git_write(target: _Target) -> str | None:
+    if target.kind == "path" and target.access == "write":
+        return git_write((target.resource, target.lexical or target.resource))
+    if target.command is not None:
+        return git_write(p for w in target.command.writes for p in (w.path, w.lexical))
     return None
 
 
-def _no_rule(target: _Target, ordered: tuple[_Compiled, ...]) -> str:
+def _no_rule(target: _Target, ordered: tuple[_Compiled, ...], notes: list[str]) -> str:
     head = f"no rule allows {target.describe()}"
     if target.kind == "command" and target.command is not None:
         globs = [g for c in ordered if c.commands is not None for g in c.commands]
         segments = target.command.segments
         missing = [s.text for s in segments if not any(g.match(s.text) for g in globs)]
-        if missing and len(segments) > 1:
+        if notes:
+            head += f" ({notes[0]})"
+        elif missing and len(segments) > 1:
             head += f" (not covered: {', '.join(repr(m) for m in missing)})"
         hint = "commands: [...]"
     elif target.kind == "path":
@@ -326,33 +407,45 @@ def _show(cap: Capability) -> str:
 # --- compiled rules, per policy and workspace ---------------------------------------------------
 
 
-def _rules_for(policy: Policy, workspace: str) -> _Rules:
-    """Rules with paths made real, globs and host lists compiled; cached on the policy object
-    per workspace (rule paths are resolved once, so a symlink changed later is not seen)."""
-    cache: dict[str, _Rules] = policy._cache
-    rules = cache.get(workspace)
+def _rules_for(policy: Policy, workspace: str, protected: tuple[str, ...]) -> _Rules:
+    """Rules with paths made real, globs, grammars and host lists compiled; cached on the policy
+    object per workspace (rule paths are resolved once, so a symlink changed later is not
+    seen)."""
+    cache: dict[tuple[str, tuple[str, ...]], _Rules] = policy._cache
+    key = (workspace, protected)
+    rules = cache.get(key)
     if rules is None:
         real = os.path.realpath(workspace)
         compiled = tuple(_compile(rule, real) for rule in policy.rules)
         rules = _Rules(
             workspace=real,
+            protected=Zone.of((os.path.realpath(p) for p in protected), (real,), strict=True),
             deny=tuple(c for c in compiled if c.rule.tier == "deny"),
             ordered=tuple(c for c in compiled if c.rule.tier != "deny"),
         )
         if len(cache) >= _MAX_WORKSPACES:
             cache.clear()
-        cache[workspace] = rules
+        cache[key] = rules
     return rules
 
 
 def _compile(rule: Rule, workspace: str) -> _Compiled:
+    paths = None if rule.paths is None else _real_paths(rule.paths, workspace)
+    zone = None
+    if paths is not None and rule.tier == "deny":
+        zone = Zone.of(paths, _real_paths(rule.except_paths or (), workspace))
     return _Compiled(
         rule=rule,
         tools=None if "*" in rule.tools else frozenset(rule.tools),
-        paths=None
-        if rule.paths is None
-        else tuple(expand_rule_path(p, workspace) for p in rule.paths),
+        paths=paths,
+        zone=zone,
         hosts=None if rule.hosts is None else host_list(rule.hosts),
         commands=None if rule.commands is None else compile_globs(rule.commands),
+        programs=None if rule.programs is None else tuple(map(compile_program, rule.programs)),
         scopes=None if rule.scopes is None else frozenset(rule.scopes),
     )
+
+
+def _real_paths(raw: tuple[str, ...], workspace: str) -> tuple[str, ...]:
+    expanded = (expand_rule_path(p, workspace) for p in raw)
+    return tuple(p for p in expanded if p is not None)

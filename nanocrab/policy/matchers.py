@@ -27,7 +27,8 @@ import os
 import re
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import httpx
 import idna
@@ -37,6 +38,7 @@ from nanocrab.tools.paths import is_inside
 
 PATH_TOOLS = frozenset({"read", "write", "edit", "ls", "glob", "grep"})
 WALK_TOOLS = frozenset({"glob", "grep"})  # descend into the directory they are given
+MOUNT_TOOLS = frozenset({"python"})  # see the whole workspace (mounted into the sandbox)
 EXEC_TOOL = "exec"
 URL_TOOLS = frozenset({"web_fetch"})
 TOOL_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
@@ -120,9 +122,23 @@ def resolve_path(base: str, raw: str, *, tilde: bool = False) -> str:
     return os.path.realpath(os.path.join(base, raw))
 
 
-def expand_rule_path(raw: str, workspace: str) -> str:
-    """A rule's path made real: ``${workspace}`` and a leading ``~`` expanded, symlinks resolved."""
-    return os.path.realpath(os.path.expanduser(raw.replace("${workspace}", workspace)))
+def lexical_path(base: str, raw: str, *, tilde: bool = False) -> str:
+    """``raw`` joined to ``base`` with ``.`` and ``..`` applied but no symlink followed — the
+    path as written, which a deny rule also checks (``/proc/self/cwd/x`` is under ``/proc``
+    whatever the policy's own working directory is). A leading ``//`` is folded to ``/``."""
+    if tilde and raw.startswith("~"):
+        raw = os.path.expanduser(raw)
+    path = os.path.normpath(os.path.join(base, raw))
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
+def expand_rule_path(raw: str, workspace: str) -> str | None:
+    """A rule's path made real: ``${workspace}`` and a leading ``~`` expanded, symlinks resolved.
+    ``None`` for a ``~`` path when there is no home directory (``~`` is ``/``)."""
+    expanded = os.path.expanduser(raw.replace("${workspace}", workspace))
+    if raw.startswith("~") and os.path.realpath(os.path.expanduser("~")) == "/":
+        return None
+    return os.path.realpath(expanded)
 
 
 def inside(root: str, path: str) -> bool:
@@ -140,6 +156,57 @@ def inside_any(path: str, roots: Iterable[str]) -> str | None:
         if inside(root, path):
             return root
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Zone:
+    """Denied directory trees, each with the subtrees spared from it (all real paths).
+
+    A path is held by the zone when it is inside a root and not inside one of that root's
+    spared subtrees — how "every home directory, except the workspace when it lies in one" and
+    "the data directory, except a workspace inside it" are said.
+    """
+
+    roots: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def of(cls, roots: Iterable[str], spare: Iterable[str] = (), *, strict: bool = False) -> Zone:
+        """``roots`` sparing those of ``spare`` that lie inside them (``strict``: strictly
+        inside, so a spared path equal to a root spares nothing)."""
+        spare = tuple(spare)
+        return cls(
+            tuple(
+                (root, tuple(s for s in spare if inside(root, s) and not (strict and s == root)))
+                for root in dict.fromkeys(roots)
+            )
+        )
+
+    def holds(self, path: str) -> str | None:
+        """The root that denies ``path``, or ``None``."""
+        for root, spared in self.roots:
+            if inside(root, path) and not any(inside(s, path) for s in spared):
+                return root
+        return None
+
+    def below(self, directory: str) -> Iterator[str]:
+        """The roots a walk down from ``directory`` would enter (those strictly below it)."""
+        for root, spared in self.roots:
+            if root != directory and inside(directory, root) and root not in spared:
+                yield root
+
+
+def component_matches(name: str, pattern: str) -> bool:
+    """Whether the sh glob ``pattern`` may match the file name ``name``.
+
+    Conservative where Python's fnmatch and sh differ: a leading ``.`` must be matched by a
+    leading ``.`` in the pattern (or may be, by a bracket expression holding one);
+    ``[^…]`` and ``[[:class:]]`` may match anything.
+    """
+    if name.startswith(".") and not pattern.startswith("."):
+        return pattern.startswith("[") and "." in pattern.split("]", 1)[0]
+    if "[^" in pattern or "[:" in pattern:
+        return True
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 # --- hosts --------------------------------------------------------------------------------------

@@ -8,6 +8,12 @@ Format (every key shown; unknown keys are an error)::
       timeout: 300              # seconds an approval request waits before it expires (denied)
       approvers: []             # extra trusted approver public nkeys ("U…")
       trust_local_approver: true  # the data directory's own approver key is trusted
+    exec:                       # the operating-system sandbox exec commands run in
+      sandbox: required         # required | off (off: every command runs unconfined)
+      env: [PIP_INDEX_URL]      # extra variables passed through; secret-like names are refused
+      read_paths: ["/srv/data"] # extra read-only trees (absolute or ~)
+      protect_git: true         # .git/config, .git/hooks, .git/modules read-only in the sandbox
+      limits: {memory_mb: 4096, processes: 1024, file_size_mb: 1024, open_files: 4096}
     rules:
       - id: read-workspace      # unique, required
         tools: [read, ls, glob, grep]   # canonical tool names, or "*"
@@ -17,8 +23,16 @@ Format (every key shown; unknown keys are an error)::
         share_with_subagents: false  # a session approval under this rule also covers subagents
       - id: shell-tests
         tools: [exec]
-        commands: ["python -m pytest*", "ls", "ls *"]  # fnmatch glob per command segment
+        programs:               # per command: an allow-list of options and operands
+          - command: ["python3 -m pytest", "pytest"]
+            flags: [-q, -v, -x]
+            options: {-k: text, --tb: [short, long, no]}
+            operands: paths     # none | paths | git | modules
         tier: safe
+      - id: shell-other
+        tools: [exec]
+        commands: ["make *"]    # fnmatch glob per command segment (coarse: use programs for safe)
+        tier: guarded
       - id: web-docs
         tools: [web_fetch]
         hosts: ["docs.python.org", "*.python.org"]     # exact host, or subdomains at a label
@@ -31,13 +45,21 @@ Format (every key shown; unknown keys are an error)::
         tools: ["*"]
         paths: ["~/.ssh", "/etc"]
         tier: deny
+      - id: homes
+        tools: ["*"]
+        paths: ["/home", "/root"]
+        except_paths: ["${workspace}"]  # deny rules only: subtrees of ``paths`` left out
+        tier: deny
 
-A rule constrains at most one kind of resource (``paths``, ``hosts``, ``commands`` or
-``scopes``); a rule with none matches every call of its tools. Which kind fits which tool is
-checked at load time: ``commands`` only with ``exec``; ``paths`` with the path tools (read,
-write, edit, ls, glob, grep) — and ``exec`` in a deny rule, where it denies commands whose
-arguments lie in those paths; ``hosts`` with ``web_fetch`` (or ``*``); ``scopes`` with tools
-that have no path, URL or command. How rules are applied is in :mod:`nanocrab.policy.engine`.
+A rule constrains at most one kind of resource (``paths``, ``hosts``, ``commands``,
+``programs`` or ``scopes``); a rule with none matches every call of its tools. Which kind fits
+which tool is checked at load time: ``commands`` and ``programs`` only with ``exec``
+(``programs`` not in deny rules; their grammar is :mod:`nanocrab.policy.programs`); ``paths``
+with the path tools (read, write, edit, ls, glob, grep) — and ``exec`` in a deny rule, where it
+denies commands whose arguments lie in those paths; ``hosts`` with ``web_fetch`` (or ``*``);
+``scopes`` with tools that have no path, URL or command. The rule id ``nanocrab-data`` is
+reserved for the engine's built-in protection of the data directory. How rules are applied is
+in :mod:`nanocrab.policy.engine`.
 
 Files are read with ``yaml.safe_load`` semantics only: a YAML tag such as
 ``!!python/object/apply:os.system`` is refused, as are duplicate keys (which YAML would silently
@@ -68,8 +90,12 @@ from pydantic import (
 
 from nanocrab.events.values import GrantScope, RiskTier
 from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS, host_list
+from nanocrab.policy.programs import Program
+from nanocrab.tools.confine import Confinement, Limits
+from nanocrab.tools.confine.env import SECRET_PATTERNS, secret_like
 
 BUNDLED = "default.yaml"
+PROTECTED_RULE = "nanocrab-data"  # the engine's built-in rule: the data directory
 _RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _NKEY_USER = re.compile(r"U[A-Z2-7]{55}")
 
@@ -98,6 +124,75 @@ class Approval(BaseModel):
         return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
+_LIMITS = Limits()
+
+
+class ExecLimits(BaseModel):
+    """Resource limits of sandboxed exec commands (see :class:`nanocrab.tools.confine.Limits`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_mb: PositiveInt = _LIMITS.memory_mb
+    processes: PositiveInt = _LIMITS.processes
+    file_size_mb: PositiveInt = _LIMITS.file_size_mb
+    open_files: PositiveInt = _LIMITS.open_files
+
+
+class ExecSettings(BaseModel):
+    """How exec commands are confined (docs/security.md, "The exec sandbox").
+
+    ``sandbox: required`` (the default) runs every command in the operating-system sandbox and,
+    where the host cannot provide it, refuses Safe commands (approved ones run unconfined with a
+    note); ``off`` is the explicit opt-out: every command runs unconfined.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sandbox: Literal["required", "off"] = "required"
+    env: tuple[str, ...] = ()
+    read_paths: tuple[str, ...] = ()
+    protect_git: bool = True
+    limits: ExecLimits = ExecLimits()
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a variable name (letters, digits, '_'; a trailing '*' "
+                    "matches a prefix)"
+                )
+            if secret_like(name):
+                raise ValueError(
+                    f"{name!r} looks like a secret and is never passed to commands (refused "
+                    f"names: {', '.join(SECRET_PATTERNS)}); give the command what it needs "
+                    "another way"
+                )
+        return value
+
+    @field_validator("read_paths")
+    @classmethod
+    def _read_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if "\x00" in path or not path.startswith(("/", "~")):
+                raise ValueError(f"read path {path!r} must be absolute or start with ~")
+        return value
+
+    def confinement(self, *, protected: tuple[Path, ...] = ()) -> Confinement:
+        """The executor's base :class:`Confinement` (a Safe call's; the grant sets the tier and
+        hosts per call). ``protected``: paths kept unreadable even inside readable trees."""
+        return Confinement(
+            required=self.sandbox == "required",
+            env=self.env,
+            read_paths=tuple(Path(p).expanduser() for p in self.read_paths),
+            protected=protected,
+            protect_git=self.protect_git,
+            limits=Limits(**self.limits.model_dump()),
+        )
+
+
 class Rule(BaseModel):
     """One policy rule: which tools (and resources) it covers, and the tier it assigns."""
 
@@ -109,8 +204,10 @@ class Rule(BaseModel):
     scope: GrantScope = "step"
     share_with_subagents: bool = False
     paths: tuple[str, ...] | None = None
+    except_paths: tuple[str, ...] | None = None
     hosts: tuple[str, ...] | None = None
     commands: tuple[str, ...] | None = None
+    programs: tuple[Program, ...] | None = None
     scopes: tuple[str, ...] | None = None
 
     @field_validator("id")
@@ -118,6 +215,8 @@ class Rule(BaseModel):
     def _id(cls, value: str) -> str:
         if not _RULE_ID.fullmatch(value):
             raise ValueError(f"rule id {value!r} must be letters, digits, '_', '.', '-'")
+        if value == PROTECTED_RULE:
+            raise ValueError(f"rule id {value!r} is reserved for the built-in data protection")
         return value
 
     @field_validator("tools")
@@ -131,7 +230,7 @@ class Rule(BaseModel):
                 )
         return value
 
-    @field_validator("paths")
+    @field_validator("paths", "except_paths")
     @classmethod
     def _paths(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         for path in value or ():
@@ -159,6 +258,7 @@ class Rule(BaseModel):
                 ("paths", self.paths),
                 ("hosts", self.hosts),
                 ("commands", self.commands),
+                ("programs", self.programs),
                 ("scopes", self.scopes),
             )
             if v is not None
@@ -172,8 +272,19 @@ class Rule(BaseModel):
             if not values:
                 raise ValueError(f"'{kind}' is empty and would match nothing; remove it")
         named = set(self.tools) - {"*"}
-        if self.commands is not None and set(self.tools) != {EXEC_TOOL}:
-            raise ValueError("'commands' only applies to exec: set tools: [exec]")
+        for kind in ("commands", "programs"):
+            if kind in kinds and set(self.tools) != {EXEC_TOOL}:
+                raise ValueError(f"'{kind}' only applies to exec: set tools: [exec]")
+        if self.programs is not None and self.tier == "deny":
+            raise ValueError(
+                "'programs' allow-lists what a command may take; a deny rule names what to "
+                "forbid with 'commands' globs or 'paths'"
+            )
+        if self.except_paths is not None and (self.paths is None or self.tier != "deny"):
+            raise ValueError(
+                "'except_paths' spares subtrees of a deny rule's 'paths'; use it in a rule "
+                "with tier: deny and paths"
+            )
         if self.paths is not None:
             fits = PATH_TOOLS | ({EXEC_TOOL} if self.tier == "deny" else set())
             _require(named <= fits, "paths", named - fits, "read, write, edit, ls, glob, grep "
@@ -202,10 +313,12 @@ class Policy(BaseModel):
     version: Literal[1]
     grant_ttl: PositiveInt = 600
     approval: Approval = Approval()
+    exec: ExecSettings = ExecSettings()
     rules: tuple[Rule, ...] = ()
 
     _source: str = PrivateAttr(default="<policy>")
-    _cache: dict[str, Any] = PrivateAttr(default_factory=dict)  # engine's per-workspace rules
+    # engine's compiled rules per (workspace, protected paths); values are engine._Rules
+    _cache: dict[tuple[str, tuple[str, ...]], Any] = PrivateAttr(default_factory=dict)
 
     @property
     def source(self) -> str:

@@ -8,14 +8,26 @@ command (``a && b | c``) is a :class:`Segment` the rules match on its own.
 from __future__ import annotations
 
 import functools
+import glob
+import itertools
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import bashlex
 import bashlex.errors
 
-from nanocrab.policy.matchers import _GLOB_CHARS, Refused, check_text, inside, resolve_path
+from nanocrab.policy.matchers import (
+    _GLOB_CHARS,
+    Refused,
+    Zone,
+    check_text,
+    component_matches,
+    inside,
+    lexical_path,
+    resolve_path,
+)
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "csh", "tcsh", "fish", "busybox"})
 INDIRECTION = frozenset({"eval", "exec", "source", ".", "env", "command", "builtin", "trap", "fc"})
@@ -28,6 +40,10 @@ _FORBIDDEN_NODES = {  # node kind: (what it is, what to do instead)
     "assignment": ("an environment assignment (FOO=bar)", "pass values as arguments"),
     "heredoc": ("a heredoc (<<)", "write the text to a file with the write tool first"),
 }
+_OUTPUT_OPS = frozenset({">", ">>", ">|"})
+_SEPARATORS = re.compile(r"[=:,]")
+_SHELL_TILDE = re.compile(r"~[+-]|~[0-9]")
+_MAX_MATCHES = 1000
 _PARSE_ERRORS = (
     bashlex.errors.ParsingError,
     NotImplementedError,  # bashlex: arithmetic expansion, `time`, coprocesses
@@ -42,27 +58,50 @@ _PARSE_ERRORS = (
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One simple command: its words (unquoted), file redirection targets, and matching text."""
+    """One simple command: its words (unquoted), file redirection targets (``writes``: those of
+    ``>``, ``>>`` and ``>|``), and the text rules match (words joined by single spaces,
+    redirections rendered as ``> file``, ``2>&1``)."""
 
     argv: tuple[str, ...]
     redirect_targets: tuple[str, ...]
-    text: str  # words joined by single spaces, redirections rendered as ``> file``, ``2>&1``
+    text: str
+    writes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class PathWord:
-    """A command word read as a path: its real path, and whether it holds glob characters
-    (then ``path`` is the real path of the directory before the first glob character)."""
+    """A command word read as a path.
+
+    ``lexical`` is the path with ``..`` applied but no symlink followed, ``path`` the real path
+    (for a glob: of the directory before its first glob character, and ``glob`` holds the
+    pattern's components below it). ``matches`` are the real paths the glob matches now
+    (``complete`` is false when there were too many to list).
+    """
 
     word: str
     path: str
-    glob: bool
+    lexical: str
+    glob: tuple[str, ...] | None = None
+    matches: tuple[str, ...] = ()
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedCommand:
+    """``segments`` in order; ``bases`` the working directory each runs in (moved by literal
+    ``cd``); ``path_words`` the words read as paths; ``redirects`` every redirection target and
+    ``writes`` those of output redirections (``>``, ``>>``, ``>|``)."""
+
     segments: tuple[Segment, ...]
     path_words: tuple[PathWord, ...]
+    bases: tuple[str, ...] = ()
+    redirects: tuple[PathWord, ...] = ()
+    writes: tuple[PathWord, ...] = ()
+
+    def every_path(self) -> Iterable[PathWord]:
+        """The path words, then the redirection targets."""
+        yield from self.path_words
+        yield from self.redirects
 
 
 def parse_command(command: str, workspace: str) -> ParsedCommand:
@@ -74,20 +113,27 @@ def parse_command(command: str, workspace: str) -> ParsedCommand:
     ``eval``/``exec``/``source``/``.``/``env``/``command``/``builtin``/``trap``/``fc`` or a shell
     reading commands from ``-c``, ``-s`` or stdin; a command name with glob or brace characters;
     a file redirection whose target (resolved after any ``cd``) is outside the workspace, other
-    than ``/dev/null``. bashlex parses bash, but the exec tool runs ``/bin/sh`` (often dash), so
-    bash-only syntax that sh splits differently (``&>``, ``&>>``, ``|&``, ``>& file``) is refused:
-    dash reads ``ls &>x curl evil`` as ``ls &`` and ``>x curl evil``.
+    than ``/dev/null``; a tilde form that depends on the shell's state (``~+``, ``~-``, ``~2``);
+    a glob that could climb out of its directory (``*/..``, ``.*`` matches ``..`` in sh). bashlex
+    parses bash, but the exec tool runs ``/bin/sh`` (often dash), so bash-only syntax that sh
+    splits differently (``&>``, ``&>>``, ``|&``, ``>& file``) is refused: dash reads
+    ``ls &>x curl evil`` as ``ls &`` and ``>x curl evil``.
 
-    Every word after the command name (and the value of ``--opt=value``) is also resolved as a
-    path relative to the current directory — the workspace, moved by literal ``cd`` segments —
-    so deny rules on paths apply to command arguments (``cat ~/.ssh/id_rsa``).
+    Every word after the command name — and the parts of a word after ``=``, ``:`` or ``,``, and
+    what follows a single-letter option (``-f/x``) — is also resolved as a path relative to the
+    current directory (the workspace, moved by literal ``cd`` segments), so deny rules on paths
+    apply to command arguments (``cat ~/.ssh/id_rsa``, ``--file=/etc/x``, ``if=/dev/sda``).
     """
     parsed = _parse_shell(command)
     if isinstance(parsed, str):
         raise Refused(parsed)
     base = workspace
     words: list[PathWord] = []
+    bases: list[str] = []
+    redirects: list[PathWord] = []
+    writes: list[PathWord] = []
     for segment in parsed:
+        bases.append(base)
         for target in segment.redirect_targets:
             real = resolve_path(base, target, tilde=True)
             if real != os.devnull and not inside(workspace, real):
@@ -95,8 +141,12 @@ def parse_command(command: str, workspace: str) -> ParsedCommand:
                     f"the redirection target {target!r} resolves to {real}, outside the "
                     "workspace; redirect only to files inside the workspace (or /dev/null)"
                 )
-        for word in _path_candidates(segment.argv):
-            words.append(_path_word(base, word))
+            resolved = path_word(base, target, literal=True)  # sh does not glob a target
+            redirects.append(resolved)
+            if target in segment.writes:
+                writes.append(resolved)
+        for word, literal in _path_candidates(segment.argv):
+            words.append(path_word(base, word, literal=literal))
         if segment.argv[0] in ("pushd", "popd") or segment.argv[:2] == ("cd", "-"):
             raise Refused(
                 "pushd, popd and 'cd -' are not supported (the policy follows the working "
@@ -105,27 +155,92 @@ def parse_command(command: str, workspace: str) -> ParsedCommand:
         if segment.argv[0] == "cd":
             where = segment.argv[1] if len(segment.argv) > 1 else "~"
             base = resolve_path(base, where, tilde=True)
-    return ParsedCommand(segments=parsed, path_words=tuple(words))
+    return ParsedCommand(
+        segments=parsed,
+        path_words=tuple(words),
+        bases=tuple(bases),
+        redirects=tuple(redirects),
+        writes=tuple(writes),
+    )
 
 
-def _path_candidates(argv: tuple[str, ...]) -> Iterable[str]:
+def _path_candidates(argv: tuple[str, ...]) -> Iterable[tuple[str, bool]]:
+    """Words to read as paths, each with whether it is only part of a word (not globbed)."""
     if "/" in argv[0]:
-        yield argv[0]
+        yield argv[0], False
     for word in argv[1:]:
         if word.startswith("-"):
-            if "=" in word:
-                yield word.split("=", 1)[1]
-            continue
-        yield word
+            if not word.startswith("--") and len(word) > 2:
+                yield word[2:], True  # -f/etc/x: a single-letter option's attached value
+        else:
+            yield word, False
+        if _SEPARATORS.search(word):
+            yield from ((part, True) for part in _SEPARATORS.split(word)[1:] if part)
 
 
-def _path_word(base: str, word: str) -> PathWord:
+def path_word(base: str, word: str, *, literal: bool = False) -> PathWord:
+    """``word`` read as a path from ``base`` (see :class:`PathWord`); a leading ``~`` or
+    ``~user`` is expanded as sh does. Raises :class:`Refused` for tilde forms that depend on the
+    shell's state and for globs that could leave their directory. A ``literal`` word (part of a
+    shell word) is taken as it is: no glob, no refusal."""
+    if literal:
+        return PathWord(
+            word, resolve_path(base, word, tilde=True), lexical_path(base, word, tilde=True)
+        )
+    if _SHELL_TILDE.match(word):
+        raise Refused(
+            f"the word {word!r} starts with a tilde form (~+, ~-, ~N) whose directory depends "
+            "on the shell; write the path out"
+        )
     cut = next((i for i, c in enumerate(word) if c in _GLOB_CHARS), -1)
     if cut < 0:
-        return PathWord(word, resolve_path(base, word, tilde=True), glob=False)
-    literal = word[:cut]
-    directory = literal if literal.endswith("/") else os.path.dirname(literal)
-    return PathWord(word, resolve_path(base, directory or ".", tilde=True), glob=True)
+        return PathWord(
+            word, resolve_path(base, word, tilde=True), lexical_path(base, word, tilde=True)
+        )
+    head = word[:cut]
+    directory = head if head.endswith("/") else os.path.dirname(head)
+    pattern = tuple(p for p in word[len(directory) :].split("/") if p)
+    if any(p == ".." or (_has_glob(p) and component_matches("..", p)) for p in pattern):
+        raise Refused(
+            f"the glob {word!r} could match '..' and leave its directory; name the directory "
+            "without '..' in or after the glob"
+        )
+    expanded = os.path.expanduser(word) if word.startswith("~") else word
+    pattern_path = os.path.join(glob.escape(base), expanded)  # the base is no pattern
+    found = list(itertools.islice(glob.iglob(pattern_path), _MAX_MATCHES + 1))
+    return PathWord(
+        word,
+        resolve_path(base, directory or ".", tilde=True),
+        lexical_path(base, directory or ".", tilde=True),
+        glob=pattern,
+        matches=tuple(os.path.realpath(m) for m in found[:_MAX_MATCHES]),
+        complete=len(found) <= _MAX_MATCHES,
+    )
+
+
+def _has_glob(part: str) -> bool:
+    return any(c in _GLOB_CHARS for c in part)
+
+
+def word_in_zone(word: PathWord, zone: Zone) -> str | None:
+    """Why ``word`` reaches a root of ``zone`` (as written, as resolved, through what a glob
+    matches now, or through what its pattern could match), or ``None``."""
+    for path in (word.path, word.lexical):
+        root = zone.holds(path)
+        if root is not None:
+            how = "is" if path == word.lexical else "resolves to"
+            return f"the argument {word.word!r} {how} {path}, inside {root}"
+    for match in word.matches:
+        root = zone.holds(match)
+        if root is not None:
+            return f"the glob {word.word!r} matches {match}, inside {root}"
+    if word.glob is not None:
+        for directory in dict.fromkeys((word.path, word.lexical)):
+            for root in zone.below(directory):
+                rel = root[len(directory) :].strip("/").split("/")
+                if all(component_matches(n, p) for n, p in zip(rel, word.glob, strict=False)):
+                    return f"the glob {word.word!r} could reach {root}"
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -194,6 +309,7 @@ def _collect(node: bashlex.ast.node, out: list[Segment]) -> None:
 def _segment(node: bashlex.ast.node) -> Segment:
     argv: list[str] = []
     targets: list[str] = []
+    writes: list[str] = []
     text: list[str] = []
     for part in node.parts:
         if part.kind == "word":
@@ -203,13 +319,17 @@ def _segment(node: bashlex.ast.node) -> Segment:
             target, rendered = _redirect(part)
             if target is not None:
                 targets.append(target)
+                if part.type in _OUTPUT_OPS:
+                    writes.append(target)
             text.append(rendered)
         else:
             raise Refused(f"unsupported shell syntax ({part.kind}) in a command")
     if not argv:
         raise Refused("a command consists only of redirections")
     _check_command_name(argv)
-    return Segment(argv=tuple(argv), redirect_targets=tuple(targets), text=" ".join(text))
+    return Segment(
+        argv=tuple(argv), redirect_targets=tuple(targets), text=" ".join(text), writes=tuple(writes)
+    )
 
 
 def _redirect(node: bashlex.ast.node) -> tuple[str | None, str]:

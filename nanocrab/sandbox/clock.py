@@ -88,7 +88,13 @@ _EFAULT, _EINVAL = 21, 28
 _SUBSCRIPTION, _EVENT = 48, struct.Struct("<QHB5xQH6x")  # wasi preview1 layouts
 _I32 = wasmtime.ValType.i32()
 _U32 = 0xFFFF_FFFF
-_run_state = threading.local()  # per worker thread: (monotonic start ns, deadline ns)
+
+
+class _RunState(threading.local):
+    clock: tuple[int, int]  # per worker thread: (monotonic start ns, deadline ns)
+
+
+_run_state = _RunState()
 
 
 @contextmanager

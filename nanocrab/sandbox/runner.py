@@ -8,6 +8,10 @@ The wrapper executes the user's code in a fresh ``__main__`` module, then writes
 The guest can read and rewrite its own ``result.json``; that only lets it misreport its own
 result. The host reads it without following symlinks, at most :data:`MAX_RESULT_BYTES`, and
 checks its shape.
+
+Writable mounts are snapshotted (``lstat``, links not followed) before and after the run: the
+difference is ``files_written``, and a symlink the run left pointing outside its mount (the
+guest cannot create one, but it can rename one that was there) is removed (:mod:`.links`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -23,14 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nanocrab.sandbox import links
 from nanocrab.sandbox.limits import Limits, Mount, SandboxError, SandboxResult
 from nanocrab.sandbox.runtime import Sandbox
+
+log = logging.getLogger(__name__)
 
 IO_GUEST = "/.nanocrab"
 MAX_RESULT_BYTES = 8 * 2**20
 MODULE_NAME = "sandboxed"  # what call_function's source is imported as
 
-_Stat = tuple[int, int, int]
+_Stat = tuple[int, int, int, int]  # mtime ns, size, inode, lstat mode: links.Snapshot's entries
 
 # Runs as ``python -c WRAPPER``; tracebacks start at the user's first frame.
 WRAPPER = r"""
@@ -138,13 +146,16 @@ class CallResult:
     the run (``sandbox.outcome`` types it), or a value that is not JSON-serialisable (then
     ``sandbox.outcome`` is still ``"ok"``). ``files_written`` lists files created or changed in
     writable mounts: paths relative to the mount, or ``<guest path>/<relative>`` when there
-    are several writable mounts."""
+    are several writable mounts. ``links_removed`` (named the same way) lists symlinks the
+    run left pointing outside their mount, which were removed; they are not in
+    ``files_written``."""
 
     sandbox: SandboxResult
     ok: bool
     value: Any
     error: str | None
     files_written: list[str]
+    links_removed: list[str] = dataclasses.field(default_factory=list)
 
 
 async def run_python(
@@ -204,24 +215,30 @@ async def _invoke(
         channel = Mount(io_dir, IO_GUEST, writable=True)
         result = await sandbox.run(WRAPPER, mounts=[*mounts, channel], limits=limits)
         payload = await asyncio.to_thread(_read_result, io_dir / "result.json")
-        files = await asyncio.to_thread(_changed, writable, before)
+        files, removed = await asyncio.to_thread(_settle, writable, before)
     finally:
         await asyncio.to_thread(shutil.rmtree, io_dir, ignore_errors=True)
-    return _call_result(result, payload, files)
+    return _call_result(result, payload, files, removed)
 
 
-def _prepare(io_dir: Path, encoded: str, writable: Sequence[Mount]) -> list[dict[str, _Stat]]:
+_Before = tuple[dict[str, _Stat], set[str]]  # a mount's snapshot, its links that point outside
+
+
+def _prepare(io_dir: Path, encoded: str, writable: Sequence[Mount]) -> list[_Before]:
     (io_dir / "input.json").write_text(encoded, encoding="utf-8")
-    return [_snapshot(m.host) for m in writable]
+    snapshots = [(m.host, _snapshot(m.host)) for m in writable]
+    return [(snap, links.links_out(host, snap)) for host, snap in snapshots]
 
 
-def _call_result(result: SandboxResult, payload: dict[str, Any], files: list[str]) -> CallResult:
+def _call_result(
+    result: SandboxResult, payload: dict[str, Any], files: list[str], removed: list[str]
+) -> CallResult:
     if payload.get("type") == "MemoryError" and result.outcome == "exit_code":
         result = dataclasses.replace(result, outcome="memory")
     if result.outcome not in ("ok", "exit_code"):
-        return CallResult(result, False, None, result.detail, files)
+        return CallResult(result, False, None, result.detail, files, removed)
     if payload.get("ok") is True and result.outcome == "ok":
-        return CallResult(result, True, payload.get("value"), None, files)
+        return CallResult(result, True, payload.get("value"), None, files, removed)
     error = payload.get("error")
     if not isinstance(error, str):
         error = (
@@ -229,7 +246,7 @@ def _call_result(result: SandboxResult, payload: dict[str, Any], files: list[str
             if result.outcome == "ok"
             else f"{result.detail}: {_last_line(result.stderr)}"
         )
-    return CallResult(result, False, None, error, files)
+    return CallResult(result, False, None, error, files, removed)
 
 
 def _read_result(path: Path) -> dict[str, Any]:
@@ -259,7 +276,8 @@ def _last_line(text: str) -> str:
 
 
 def _snapshot(root: Path) -> dict[str, _Stat]:
-    """(mtime, size, inode) of every file and symlink under ``root``, without following links."""
+    """(mtime, size, inode, mode) of every file and symlink under ``root``, without following
+    links."""
     seen: dict[str, _Stat] = {}
     for folder, dirs, files in os.walk(root, followlinks=False):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
@@ -268,14 +286,25 @@ def _snapshot(root: Path) -> dict[str, _Stat]:
                 st = os.lstat(path)
             except OSError:
                 continue
-            seen[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size, st.st_ino)
+            seen[os.path.relpath(path, root)] = (
+                st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode
+            )  # fmt: skip
     return seen
 
 
-def _changed(writable: Sequence[Mount], before: Sequence[dict[str, _Stat]]) -> list[str]:
+def _settle(writable: Sequence[Mount], before: Sequence[_Before]) -> tuple[list[str], list[str]]:
+    """What the run changed in each writable mount (``files_written``), after removing the
+    symlinks it left pointing outside (``links_removed``)."""
     changed: list[str] = []
-    for mount, old in zip(writable, before, strict=True):
+    removed: list[str] = []
+    for mount, (old, out_before) in zip(writable, before, strict=True):
         prefix = f"{mount.guest}/" if len(writable) > 1 else ""
         now = _snapshot(mount.host)
+        for rel in links.new_links_out(mount.host, old, now, out_before):
+            del now[rel]  # never reported as written, removed or not
+            if links.remove_beneath(mount.host, rel):
+                removed.append(prefix + rel)
+            else:
+                log.warning("could not remove %s, a symlink out of %s", rel, mount.host)
         changed.extend(prefix + rel for rel, stat in sorted(now.items()) if old.get(rel) != stat)
-    return changed
+    return changed, removed

@@ -5,18 +5,24 @@ limit; one more per other ``stack_bytes`` asked for) and the interpreter compile
 loaded from the on-disk cache (:mod:`.cache`). Every run gets a fresh store, WASI context and
 instance, dropped afterwards: nothing a guest does survives into the next run except what it
 wrote to a writable mount. Wall-clock limits (the epoch ticker, deadline-aware WASI sleeping)
-are in :mod:`.clock`.
+are in :mod:`.clock`; the refusal to create links in :mod:`.links`.
+
+A run returns only once wasmtime has let go of its output callbacks (:class:`_Sink`): wasmtime
+calls them, and their finaliser, on its tokio worker threads, and a foreign thread that enters
+Python while the interpreter is exiting aborts the process (docs/sandbox.md, "Process exit").
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import re
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -25,7 +31,7 @@ from pathlib import Path
 
 import wasmtime
 
-from nanocrab.sandbox import clock
+from nanocrab.sandbox import clock, links
 from nanocrab.sandbox.cache import Interpreter, find_interpreter, load_module, new_engine
 from nanocrab.sandbox.limits import (
     WASM_PAGE,
@@ -41,6 +47,9 @@ WORKER_STACK_BYTES = 16 * 2**20  # virtual; see Sandbox.run
 _STACK_SIZE_LOCK = threading.Lock()
 _TAIL_BYTES = 1024  # of each stream, kept past the cap to classify how the run ended
 _MEMORY_ERROR = re.compile(r"^MemoryError\b")
+RELEASE_WAIT_S = 5.0  # for wasmtime to drop a finished run's output callbacks; normally < 10 ms
+
+log = logging.getLogger(__name__)
 
 
 # --- output capture -----------------------------------------------------------------------------
@@ -72,6 +81,22 @@ class _Capture:
     @property
     def truncated(self) -> bool:
         return self.total > self.cap
+
+
+class _Sink:
+    """What wasmtime-py holds for one output stream of one run, and nothing else does: its
+    ``released`` event is set when wasmtime drops it (wasmtime-py frees the handle in the
+    stream's finaliser, and with it the last reference). Until then a wasmtime thread may
+    still call into Python for this run."""
+
+    __slots__ = ("__weakref__", "capture")
+
+    def __init__(self, capture: _Capture, released: threading.Event) -> None:
+        self.capture = capture
+        weakref.finalize(self, released.set)
+
+    def __call__(self, data: bytes) -> int:
+        return self.capture(data)
 
 
 # --- the sandbox --------------------------------------------------------------------------------
@@ -153,6 +178,7 @@ class Sandbox:
                 linker = wasmtime.Linker(engine)
                 linker.define_wasi()
                 clock.install(linker)
+                links.install(linker)
                 memory = next(e.type for e in module.exports if e.name == "memory")
                 assert isinstance(memory, wasmtime.MemoryType)
                 pages = memory.limits.min
@@ -171,9 +197,10 @@ class Sandbox:
     ) -> SandboxResult:
         compiled = self._compiled_for(limits.stack_bytes)
         out, err = _Capture(limits.output_bytes), _Capture(limits.output_bytes)
+        released = (threading.Event(), threading.Event())  # stdout's and stderr's _Sink
         with _stdin_file(stdin) as stdin_path:
             try:
-                wasi = self._wasi(code, argv, mounts, hosts, stdin_path, out, err)
+                wasi = self._wasi(code, argv, mounts, hosts, stdin_path, out, err, released)
             except wasmtime.WasmtimeError as exc:
                 raise SandboxError(f"could not set up the sandbox's WASI context: {exc}") from exc
             store = wasmtime.Store(compiled.engine)
@@ -187,6 +214,7 @@ class Sandbox:
             duration_ms = (time.perf_counter() - started) * 1000
             fuel_used = limits.fuel - store.get_fuel()
             del store  # the instance, its memory and WASI context go with it
+            _await_release(released)
         outcome, detail = _classify(end, err, limits, compiled.min_memory)
         return SandboxResult(
             outcome=outcome,
@@ -210,9 +238,11 @@ class Sandbox:
         stdin_path: str | None,
         out: _Capture,
         err: _Capture,
+        released: tuple[threading.Event, threading.Event],
     ) -> wasmtime.WasiConfig:
         """The guest's whole world: argv, a fixed environment, the standard library and the
-        mounts (nothing else of the host's file system), captured stdout and stderr."""
+        mounts (nothing else of the host's file system), captured stdout and stderr (each
+        ``released`` event is set when wasmtime drops that stream's callback)."""
         assert self._interpreter is not None
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["python", "-c", code, *argv]
@@ -221,11 +251,34 @@ class Sandbox:
         wasi.preopen_dir(str(self._interpreter.stdlib), STDLIB_GUEST, False)
         for mount, host in zip(mounts, hosts, strict=True):
             wasi.preopen_dir(host, mount.guest, mount.writable)
-        wasi.stdout_custom = out
-        wasi.stderr_custom = err
+        wasi.stdout_custom = _Sink(out, released[0])
+        wasi.stderr_custom = _Sink(err, released[1])
         if stdin_path:
             wasi.stdin_file = stdin_path
         return wasi
+
+
+def _await_release(released: tuple[threading.Event, ...]) -> None:
+    """Wait until wasmtime has dropped the run's output callbacks.
+
+    wasmtime's WASI writes a custom output stream from a tokio task (the default adapter for
+    ``wasi_config_set_stdout_custom``), so the callbacks and the stream's finaliser run on a
+    ``tokio-rt-worker`` thread, and the finaliser only once that task has been torn down —
+    often a few milliseconds after the store was dropped. A run that returned before then let
+    a process exit while the worker was still due to enter Python; CPython ends a foreign
+    thread that asks for the GIL during finalisation with ``pthread_exit``, whose forced
+    unwind through Rust's non-unwinding frames aborts the process ("panic in a function that
+    cannot unwind", SIGABRT). Waiting here makes "the run returned" mean "wasmtime will not
+    call into Python for it again"."""
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    for event in released:
+        if not event.wait(max(0.0, deadline - time.monotonic())):
+            log.warning(
+                "wasmtime kept a sandbox run's output stream for over %g s; exiting the process "
+                "now could abort it",
+                RELEASE_WAIT_S,
+            )
+            return
 
 
 def _set_thread_stack_size(size: int) -> int:

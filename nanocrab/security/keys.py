@@ -23,7 +23,8 @@ _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 def new_seed() -> bytes:
     """A fresh user seed (``SU…``)."""
-    return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    seed: bytes = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)  # nkeys is untyped
+    return seed
 
 
 class KeyRing:
@@ -82,7 +83,8 @@ class KeyRing:
         return nkeys.from_seed(bytearray(self.seed(name)))
 
     def public_key(self, name: str) -> str:
-        return self.keypair(name).public_key.decode()
+        key: bytes = self.keypair(name).public_key  # nkeys is untyped
+        return key.decode()
 
     def exists(self, name: str) -> bool:
         return self.seed_path(name).exists()

@@ -37,9 +37,9 @@ def canonical_bytes(event: Event) -> bytes:
 
 def sign(event: E, keypair: nkeys.KeyPair) -> E:
     """``event`` with ``signer`` set to the key's public key and ``signature`` over it."""
-    signed = msgspec.structs.replace(event, signer=keypair.public_key.decode())  # type: ignore[call-arg]
+    signed = msgspec.structs.replace(event, signer=keypair.public_key.decode())
     sig = keypair.sign(canonical_bytes(signed))
-    return msgspec.structs.replace(signed, signature=base64.b64encode(sig).decode())  # type: ignore[call-arg]
+    return msgspec.structs.replace(signed, signature=base64.b64encode(sig).decode())
 
 
 def verify(event: Event, trusted: Collection[str]) -> str | None:

@@ -26,6 +26,7 @@ from nanocrab.events import (
 from nanocrab.tools.hosts import HostAllowList
 
 if TYPE_CHECKING:
+    from nanocrab.tools.confine import Confinement
     from nanocrab.tools.ops import Operations
 
 OutputSink = Callable[[Literal["stdout", "stderr"], str], Awaitable[None]]
@@ -86,6 +87,9 @@ class ToolContext:
     # Hosts the call's grant covers; network tools must stay within it (the first URL and every
     # redirect hop), on top of their own allow-list. None: no restriction beyond the tool's own.
     allowed_hosts: HostAllowList | None = None
+    # How exec confines its command (nanocrab.tools.confine): the executor derives it from the
+    # grant and the policy. None: the strictest default, a Safe call with no network.
+    confinement: Confinement | None = None
 
 
 class ToolArgs(BaseModel):
@@ -95,7 +99,14 @@ class ToolArgs(BaseModel):
 
 
 class Tool(Protocol):
-    """A tool. ``name`` is canonical (``read``, ``exec``); ``group`` orders the catalogue."""
+    """A tool. ``name`` is canonical (``read``, ``exec``); ``group`` orders the catalogue.
+
+    Optional class attribute ``idempotent: ClassVar[bool]`` (not a protocol member, since a tool
+    may leave it out): true only when running a call twice has no effect beyond running it once
+    (read-only tools). After a crash the executor re-runs such a call; any other call whose start
+    is in the log without a result is reported ``interrupted``, never run twice. A tool that does
+    not set it is not idempotent (:func:`is_idempotent`).
+    """
 
     name: ClassVar[str]
     group: ClassVar[str]
@@ -103,3 +114,8 @@ class Tool(Protocol):
     args_model: ClassVar[type[ToolArgs]]
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult: ...
+
+
+def is_idempotent(tool: Tool) -> bool:
+    """Whether ``tool`` declared itself idempotent; not declaring it means it is not."""
+    return getattr(tool, "idempotent", False) is True

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from nanocrab.capabilities.invoke import argument_errors, invoke
-from nanocrab.events import CapabilityDetails, TextBlock
+from nanocrab.events import CapabilityDetails, TextBlock, ToolErrorKind
 from nanocrab.sandbox import Limits, Mount, Sandbox
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 
@@ -91,7 +91,7 @@ class CapabilityTool:
             fuel_used=run.fuel_used, error=run.error,
         )  # fmt: skip
         if not result.ok:
-            kind = "timeout" if box.outcome == "timeout" else "failed"
+            kind: ToolErrorKind = "timeout" if box.outcome == "timeout" else "failed"
             text = f"{cap.name} {cap.version} failed ({box.outcome}): {run.error}"
             if box.stderr.strip():
                 text += f"\nstderr:\n{box.stderr[-2000:]}"

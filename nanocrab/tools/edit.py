@@ -47,10 +47,10 @@ class EditTool:
         path = resolve_in_workspace(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         try:
-            info = await ctx.ops.stat(path)
+            info = await ctx.ops.stat(path, workspace=ctx.workspace)
             if info is None:
                 raise not_found(shown)
-            data = await ctx.ops.read_bytes(path)
+            data = await ctx.ops.read_bytes(path, workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         if looks_binary(data):
@@ -76,7 +76,7 @@ class EditTool:
         new = old.replace(needle, replacement, 1)
         out = new.replace("\n", "\r\n") if crlf else new
         try:
-            await ctx.ops.write_bytes(path, (bom + out).encode())
+            await ctx.ops.write_bytes(path, (bom + out).encode(), workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         diff = unified_diff(old, new, shown)

@@ -15,7 +15,13 @@ from pydantic import Field
 
 from nanocrab.events import GlobDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
-from nanocrab.tools.paths import display_path, link_stays_inside, not_found, resolve_in_workspace
+from nanocrab.tools.paths import (
+    display_path,
+    link_stays_inside,
+    not_found,
+    os_error,
+    resolve_in_workspace,
+)
 
 PRUNED = frozenset({".git"})
 
@@ -139,6 +145,7 @@ class GlobTool:
         "matching paths relative to the workspace, sorted; directories end with /."
     )
     args_model: ClassVar[type[ToolArgs]] = GlobArgs
+    idempotent: ClassVar[bool] = True  # reads only: re-run after a crash
 
     def __init__(self, *, max_results: int = 1000) -> None:
         self.max_results = max_results
@@ -147,19 +154,24 @@ class GlobTool:
         matches = compile_glob(args.pattern)
         base = resolve_in_workspace(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, base)
-        info = await ctx.ops.stat(base)
-        if info is None:
-            raise not_found(shown)
-        if not info.is_dir:
-            raise ToolError("invalid_arguments", f"{shown} is a file; `path` must be a directory.")
         found: list[str] = []
-        async for entry in ctx.ops.walk(base, prune=PRUNED):
-            if not matches(entry.rel):
-                continue
-            if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
-                continue
-            rel = display_path(ctx.workspace, entry.path)
-            found.append(rel + "/" if entry.is_dir else rel)
+        try:
+            info = await ctx.ops.stat(base, workspace=ctx.workspace)
+            if info is None:
+                raise not_found(shown)
+            if not info.is_dir:
+                raise ToolError(
+                    "invalid_arguments", f"{shown} is a file; `path` must be a directory."
+                )
+            async for entry in ctx.ops.walk(base, workspace=ctx.workspace, prune=PRUNED):
+                if not matches(entry.rel):
+                    continue
+                if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
+                    continue
+                rel = display_path(ctx.workspace, entry.path)
+                found.append(rel + "/" if entry.is_dir else rel)
+        except OSError as exc:
+            raise os_error(exc, shown) from exc
         found.sort()
         truncated = len(found) > self.max_results
         body = (

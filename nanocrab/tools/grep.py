@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,7 +13,13 @@ from pydantic import Field
 from nanocrab.events import GrepDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 from nanocrab.tools.globbing import PRUNED, compile_glob
-from nanocrab.tools.paths import display_path, link_stays_inside, not_found, resolve_in_workspace
+from nanocrab.tools.paths import (
+    display_path,
+    link_stays_inside,
+    not_found,
+    os_error,
+    resolve_in_workspace,
+)
 from nanocrab.tools.text import looks_binary
 
 
@@ -44,6 +51,7 @@ class GrepTool:
         "as path:line:text. Narrow the search with `path` and `glob` (e.g. `*.py`)."
     )
     args_model: ClassVar[type[ToolArgs]] = GrepArgs
+    idempotent: ClassVar[bool] = True  # reads only: re-run after a crash
 
     def __init__(
         self,
@@ -68,23 +76,28 @@ class GrepTool:
         wanted = _file_filter(args.glob)
         base = resolve_in_workspace(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, base)
-        info = await ctx.ops.stat(base)
-        if info is None:
-            raise not_found(shown)
         lines: list[str] = []
         files = 0
         truncated = False
-        async for path in self._files(base, info.is_dir, wanted, ctx):
-            hits = await self._search(path, regex, ctx)
-            if not hits:
-                continue
-            files += 1
-            rel = display_path(ctx.workspace, path)
-            room = self.max_matches - len(lines)
-            lines.extend(f"{rel}:{n}:{text}" for n, text in hits[:room])
-            if len(hits) > room:
-                truncated = True
-                break
+        try:
+            info = await ctx.ops.stat(base, workspace=ctx.workspace)
+            if info is None:
+                raise not_found(shown)
+            # aclosing: stopping early releases the walk's directory descriptors now
+            async with aclosing(self._files(base, info.is_dir, wanted, ctx)) as found:
+                async for path in found:
+                    hits = await self._search(path, regex, ctx)
+                    if not hits:
+                        continue
+                    files += 1
+                    rel = display_path(ctx.workspace, path)
+                    room = self.max_matches - len(lines)
+                    lines.extend(f"{rel}:{n}:{text}" for n, text in hits[:room])
+                    if len(hits) > room:
+                        truncated = True
+                        break
+        except OSError as exc:
+            raise os_error(exc, shown) from exc
         if not lines:
             body = f"No matches for {args.pattern!r} in {shown!r}."
         else:
@@ -105,21 +118,22 @@ class GrepTool:
         if not is_dir:
             yield base
             return
-        async for entry in ctx.ops.walk(base, prune=PRUNED):
-            if entry.is_dir or not wanted(entry.rel):
-                continue
-            if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
-                continue
-            yield entry.path
+        async with aclosing(ctx.ops.walk(base, workspace=ctx.workspace, prune=PRUNED)) as walk:
+            async for entry in walk:
+                if entry.is_dir or not wanted(entry.rel):
+                    continue
+                if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
+                    continue
+                yield entry.path
 
     async def _search(
         self, path: Path, regex: re.Pattern[str], ctx: ToolContext
     ) -> list[tuple[int, str]]:
         try:
-            info = await ctx.ops.stat(path)
+            info = await ctx.ops.stat(path, workspace=ctx.workspace)
             if info is None or info.is_dir or info.size > self.max_file_bytes:
                 return []
-            data = await ctx.ops.read_bytes(path)
+            data = await ctx.ops.read_bytes(path, workspace=ctx.workspace)
         except OSError:
             return []
         if not data or looks_binary(data):

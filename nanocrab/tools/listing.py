@@ -26,6 +26,7 @@ class LsTool:
         "trailing / on directories. Use glob to find files by pattern across directories."
     )
     args_model: ClassVar[type[ToolArgs]] = LsArgs
+    idempotent: ClassVar[bool] = True  # reads only: re-run after a crash
 
     def __init__(self, *, max_entries: int = 500) -> None:
         self.max_entries = max_entries
@@ -34,12 +35,12 @@ class LsTool:
         path = resolve_in_workspace(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         try:
-            info = await ctx.ops.stat(path)
+            info = await ctx.ops.stat(path, workspace=ctx.workspace)
             if info is not None and not info.is_dir:
                 raise ToolError(
                     "invalid_arguments", f"{shown} is a file, not a directory; use read."
                 )
-            entries = await ctx.ops.list_dir(path)
+            entries = await ctx.ops.list_dir(path, workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         entries.sort(key=lambda e: (e.name.lower(), e.name))

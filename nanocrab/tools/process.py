@@ -17,9 +17,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import psutil
 
@@ -28,6 +29,35 @@ from nanocrab.tools.base import OutputSink
 Stream = Literal["stdout", "stderr"]
 _READ_CHUNK = 64 * 1024
 _POLL_S = 0.01
+
+
+class Child(Protocol):
+    """A started command: its pid (it leads its own process group), its exit status once known
+    (``-N``: killed by signal ``N``), and a ``wait`` that may be cancelled and called again."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+Spawn = Callable[..., Awaitable[Child]]
+"""``spawn(argv, *, cwd, env, stdout, stderr) -> Child``: start ``argv`` in a new session with
+stdin from ``/dev/null`` and the given write descriptors (the caller closes its copies).
+Raises ``OSError`` when nothing could be started."""
+
+
+async def spawn_local(
+    argv: list[str], *, cwd: Path, env: Mapping[str, str] | None, stdout: int, stderr: int
+) -> Child:
+    """:data:`Spawn` with this process's ``fork``/``exec`` (``vfork`` where CPython can)."""
+    return await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=cwd,
+        env=None if env is None else dict(env), start_new_session=True,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +86,7 @@ async def run_local_process(
     cancel: asyncio.Event,
     on_output: OutputSink,
     env: dict[str, str] | None = None,
+    spawn: Spawn = spawn_local,
     kill_grace_s: float = 2.0,
     drain_s: float = 1.0,
     max_output_bytes: int = 64 * 1024 * 1024,
@@ -64,10 +95,11 @@ async def run_local_process(
 
     Output chunks go to ``on_output`` as they arrive (decoded as UTF-8, split only on character
     boundaries). If ``cancel`` is set (also before the start) the command is aborted. ``env``
-    replaces the environment; ``None`` inherits this process's. After the command ends, output
-    still arriving is read for at most ``drain_s``. Raises ``OSError`` when the shell cannot be
-    started (e.g. ``cwd`` is missing); an exception from ``on_output`` stops the command and
-    propagates.
+    replaces the environment; ``None`` inherits this process's. ``spawn`` starts the shell (the
+    sandbox passes its own); what it raises when nothing could start propagates. After the
+    command ends, output still arriving is read for at most ``drain_s``. Raises ``OSError`` when
+    the shell cannot be started (e.g. ``cwd`` is missing); an exception from ``on_output`` stops
+    the command and propagates.
     """
     started = time.monotonic()
     if cancel.is_set():
@@ -77,11 +109,8 @@ async def run_local_process(
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", command,
-            stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-            cwd=cwd, env=env, start_new_session=True,
-        )  # fmt: skip
+        proc = await spawn(["/bin/sh", "-c", command], cwd=cwd, env=env, stdout=out_w,
+                           stderr=err_w)  # fmt: skip
     except BaseException:
         os.close(out_r)
         os.close(err_r)
@@ -113,7 +142,7 @@ async def run_local_process(
 
 
 async def _wait(
-    proc: asyncio.subprocess.Process,
+    proc: Child,
     cancel: asyncio.Event,
     pump: asyncio.Task[None],
     timeout_s: float,

@@ -1,8 +1,10 @@
 """The ``python`` tool: a cell of Python run in the WebAssembly sandbox, never on the host.
 
 The run's workspace is mounted at ``/workspace`` (the working directory), read-only unless the
-tool was built with ``writable_workspace=True``; only the standard library is importable; there
-is no network, no subprocess and no thread. See docs/sandbox.md.
+tool was built with ``writable_workspace=True`` or the call says ``write: true``; only the
+standard library is importable; there is no network, no subprocess and no thread. Writable or
+not, the code cannot leave a symlink pointing out of the workspace for later tools to follow:
+it cannot create links, and one it moved out is removed. See docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class PythonTool:
     for the wall clock, ``aborted`` when ``ctx.cancel`` is set (the guest itself runs on until
     its own limits stop it), ``failed`` for everything else (an exception, running out of fuel,
     memory or stack). A final value that is not JSON-serialisable is reported, not an error.
+    Symlinks the code left pointing outside the workspace were removed by the sandbox; the text
+    names them (they are not in ``files_written``).
     """
 
     name: ClassVar[str] = "python"
@@ -156,6 +160,11 @@ def _to_result(call: CallResult, limits: Limits) -> ToolResult:
         if len(shown) > _MAX_VALUE_CHARS:
             shown = shown[:_MAX_VALUE_CHARS] + " …[value truncated]"
         parts.append(f"result: {shown}")
+    if call.links_removed:
+        parts.append(
+            "[removed symlinks that pointed outside the workspace: "
+            f"{', '.join(call.links_removed)}]"
+        )
     if result.outcome == "ok":
         if not call.ok and call.error:
             parts.append(f"result: {call.error}")

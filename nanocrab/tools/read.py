@@ -35,6 +35,7 @@ class ReadTool:
         "the offset to continue from. Use grep to find the lines you need in large files."
     )
     args_model: ClassVar[type[ToolArgs]] = ReadArgs
+    idempotent: ClassVar[bool] = True  # reads only: re-run after a crash
 
     def __init__(self, *, max_bytes: int = 50_000, max_file_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
@@ -44,7 +45,7 @@ class ReadTool:
         path = resolve_in_workspace(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         try:
-            info = await ctx.ops.stat(path)
+            info = await ctx.ops.stat(path, workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         if info is None:
@@ -58,7 +59,7 @@ class ReadTool:
                 "use grep to find the lines you need, or exec with head/tail/sed.",
             )
         try:
-            data = await ctx.ops.read_bytes(path)
+            data = await ctx.ops.read_bytes(path, workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         if looks_binary(data):

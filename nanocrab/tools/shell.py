@@ -1,4 +1,4 @@
-"""The ``exec`` tool: a shell command in the workspace, streamed, bounded, killable."""
+"""The ``exec`` tool: a shell command in the workspace, confined, streamed, bounded, killable."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pydantic import Field
 
 from nanocrab.events import ArtifactRef, ExecDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
+from nanocrab.tools.confine import Confinement, SandboxFailed, SandboxUnavailable
 from nanocrab.tools.process import ProcessOutcome
 from nanocrab.tools.text import Tail, truncate_tail
 
@@ -33,6 +34,12 @@ class ExecTool:
     output is stored with ``ctx.artifacts`` and the result says so. A non-zero exit is ``failed``,
     a timeout ``timeout``, a set ``ctx.cancel`` ``aborted``; the last two kill the whole process
     tree. The output is shown in every case.
+
+    The command runs in the operating-system sandbox (:mod:`nanocrab.tools.confine`) as
+    ``ctx.confinement`` asks (``None``: a Safe call without network). When the host cannot
+    confine it, a Safe call is refused (``denied``, saying why and how to opt out) and an
+    approved (Guarded/Unsafe) one runs unconfined with a note; a policy that turns the sandbox
+    off runs everything unconfined. :class:`ExecDetails` records which happened.
     """
 
     name: ClassVar[str] = "exec"
@@ -51,19 +58,45 @@ class ExecTool:
 
     async def run(self, args: ExecArgs, ctx: ToolContext) -> ToolResult:
         timeout_s = min(args.timeout_s or ctx.timeout_s, MAX_TIMEOUT_S)
+        confinement = ctx.confinement or Confinement()
+        unconfined: str | None = None if confinement.required else _OPTED_OUT
         try:
-            outcome = await ctx.ops.run_process(
-                args.command,
-                cwd=ctx.workspace,
-                timeout_s=timeout_s,
-                cancel=ctx.cancel,
-                on_output=ctx.emit_output,
-            )
+            try:
+                outcome = await self._start(args, ctx, timeout_s, confinement)
+            except SandboxUnavailable as exc:
+                if not confinement.approved:
+                    return _refusal(args.command, exc.reason)
+                unconfined = f"the sandbox is unavailable on this host: {exc.reason}"
+                outcome = await self._start(args, ctx, timeout_s, None)
+        except SandboxFailed as exc:
+            raise ToolError("failed", f"The sandbox could not be set up: {exc}.") from exc
         except OSError as exc:
             reason = exc.strerror or str(exc)
             raise ToolError(
                 "failed", f"Could not start the shell in {ctx.workspace}: {reason}."
             ) from exc
+        return await self._result(args, ctx, timeout_s, outcome, unconfined)
+
+    async def _start(
+        self, args: ExecArgs, ctx: ToolContext, timeout_s: float, confinement: Confinement | None
+    ) -> ProcessOutcome:
+        return await ctx.ops.run_process(
+            args.command,
+            cwd=ctx.workspace,
+            timeout_s=timeout_s,
+            cancel=ctx.cancel,
+            on_output=ctx.emit_output,
+            confinement=confinement if confinement and confinement.required else None,
+        )
+
+    async def _result(
+        self,
+        args: ExecArgs,
+        ctx: ToolContext,
+        timeout_s: float,
+        outcome: ProcessOutcome,
+        unconfined: str | None,
+    ) -> ToolResult:
         text = outcome.output.decode("utf-8", errors="replace")
         tail = truncate_tail(text, max_lines=self.max_lines, max_bytes=self.max_bytes)
         truncated = tail.truncated or outcome.dropped_bytes > 0
@@ -73,6 +106,8 @@ class ExecTool:
             preview = tail.text[-_PREVIEW_CHARS:]
             artifacts.append(await ctx.artifacts.put(name, outcome.output, preview=preview))
         body = _body(tail, outcome, artifacts, timeout_s)
+        if unconfined is not None and unconfined != _OPTED_OUT:
+            body += f"\n\n[ran without the sandbox, as a person approved it: {unconfined}]"
         details = ExecDetails(
             command=args.command,
             exit_code=outcome.exit_code,
@@ -81,6 +116,8 @@ class ExecTool:
             aborted=outcome.aborted,
             truncated=truncated,
             output_bytes=len(outcome.output) + outcome.dropped_bytes,
+            confined=unconfined is None,
+            unconfined_reason=unconfined,
         )
         if outcome.timed_out:
             return ToolResult.error("timeout", body, details=details, artifacts=artifacts)
@@ -89,6 +126,22 @@ class ExecTool:
         if outcome.exit_code != 0:
             return ToolResult.error("failed", body, details=details, artifacts=artifacts)
         return ToolResult.text(body, details=details, artifacts=artifacts)
+
+
+_OPTED_OUT = "the policy turns the exec sandbox off (exec.sandbox: off)"
+
+
+def _refusal(command: str, reason: str) -> ToolResult:
+    message = (
+        "refused: this command may only run inside the operating-system sandbox, and this host "
+        f"cannot provide it: {reason}. A person can approve running it unconfined (a policy "
+        "rule that makes it Guarded), or the operator can turn the sandbox off with "
+        "`exec: {sandbox: off}` in the policy file."
+    )
+    details = ExecDetails(
+        command=command, exit_code=None, duration_ms=0.0, confined=False, unconfined_reason=reason
+    )
+    return ToolResult.error("denied", message, details=details)
 
 
 def _body(

@@ -32,12 +32,12 @@ class WriteTool:
         shown = display_path(ctx.workspace, path)
         data = args.content.encode()
         try:
-            info = await ctx.ops.stat(path)
+            info = await ctx.ops.stat(path, workspace=ctx.workspace)
             if info is not None and info.is_dir:
                 raise ToolError(
                     "invalid_arguments", f"{shown} is a directory; give a file path to write."
                 )
-            await ctx.ops.write_bytes(path, data)
+            await ctx.ops.write_bytes(path, data, workspace=ctx.workspace)
         except OSError as exc:
             raise os_error(exc, shown) from exc
         created = info is None

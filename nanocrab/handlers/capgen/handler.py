@@ -163,7 +163,7 @@ class CapgenHandler:
         scope = self.log.subjects.of_type("capability.tested")
         for raw in await self.reader.after(scope, seq):
             try:
-                stored = self.log.codec.decode(raw.data)
+                stored = self.log.decode(raw.data, subject=raw.subject)
             except EventDecodeError:
                 continue
             if (
@@ -181,7 +181,7 @@ class CapgenHandler:
         current = None
         for raw in await self.reader.after(scope, 0):
             try:
-                stored = self.log.codec.decode(raw.data)
+                stored = self.log.decode(raw.data, subject=raw.subject)
             except EventDecodeError:
                 continue
             if isinstance(stored, CapabilityRegistered) and stored.name == name:
@@ -211,7 +211,7 @@ class CapgenHandler:
             safety_level=verdict.safety_level,
             findings=findings,
             tests=run.tests if run else [],
-            sandbox_outcome=run.outcome if run else None,  # type: ignore[arg-type]
+            sandbox_outcome=run.outcome if run else None,
             duration_ms=run.duration_ms if run else 0.0,
             report=_report(verdict, run, passed=passed),
         )

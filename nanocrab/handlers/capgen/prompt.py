@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from nanocrab.capabilities.scan import ALLOWED_MODULES
+from nanocrab.capabilities.rules import ALLOWED_MODULES
 from nanocrab.events import CapabilityFinding, CapabilityTestResult, TextBlock
 from nanocrab.handlers.capgen.sandboxed import SANDBOX_RULES
 from nanocrab.llm.base import Message, ModelResponse

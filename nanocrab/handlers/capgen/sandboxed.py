@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nanocrab.capabilities.invoke import LIMIT_HINTS
 from nanocrab.events import CapabilityFinding, CapabilityTestResult
-from nanocrab.sandbox import Limits, Mount, Sandbox, call_function
+from nanocrab.sandbox import Limits, Mount, Outcome, Sandbox, call_function
 
 TEST_LIMITS = Limits(fuel=1_000_000_000, timeout_s=5.0, memory_bytes=100 * 2**20)
 """Per test: ~16x the interpreter's start-up in fuel, 5 s, 100 MiB (seed 001: CPU 5 s,
@@ -70,7 +70,7 @@ class ModuleTests:
 
     tests: list[CapabilityTestResult]
     findings: list[CapabilityFinding]
-    outcome: str
+    outcome: Outcome
     duration_ms: float
 
     @property
@@ -92,7 +92,7 @@ async def run_tests(
     started = time.perf_counter()
     results: list[CapabilityTestResult] = []
     findings: list[CapabilityFinding] = []
-    worst = "ok"
+    worst: Outcome = "ok"
     for name in names:
         with tempfile.TemporaryDirectory(prefix="nanocrab-captest-") as workdir:
             mounts = [Mount(Path(workdir), WORKDIR, writable=True)] if scratch else []
@@ -107,7 +107,8 @@ async def run_tests(
         else:
             passed = False
             if outcome in LIMIT_HINTS:
-                rule, error = outcome, LIMIT_HINTS[outcome]
+                rule: str = outcome
+                error = LIMIT_HINTS[outcome]
             else:
                 rule = "sandbox_error"
                 error = call.error or call.sandbox.detail or f"the sandbox ended with {outcome}"

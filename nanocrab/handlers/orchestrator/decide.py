@@ -14,6 +14,7 @@ are delivered after a turn that ends without tool calls.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -139,9 +140,11 @@ def _finish_completed(state: RunState, answer: str) -> list[Event]:
     ]
 
 
-def _finish_failed(state: RunState, kind: str, reason: str) -> list[Event]:
+def _finish_failed(
+    state: RunState, kind: Literal["llm", "timeout", "max_steps"], reason: str
+) -> list[Event]:
     return [
-        RunFailed(kind=kind, reason=reason),  # type: ignore[arg-type]
+        RunFailed(kind=kind, reason=reason),
         *_to_parent(state, f"The subagent failed ({kind}): {reason}", is_error=True),
     ]
 
@@ -151,9 +154,15 @@ def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
     task = state.task
     if task is None or not task.parent_run_id or not task.parent_call_id:
         return []
-    parent = {"run_id": task.parent_run_id, "session_id": task.parent_session_id}
+    run_id, session_id = task.parent_run_id, task.parent_session_id
     return [
-        SubagentCompleted(child_run_id=state.run_id, result=result, is_error=is_error, **parent),
+        SubagentCompleted(
+            child_run_id=state.run_id,
+            result=result,
+            is_error=is_error,
+            run_id=run_id,
+            session_id=session_id,
+        ),
         ToolCompleted(
             call_id=task.parent_call_id,
             tool="spawn",
@@ -161,7 +170,8 @@ def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
             error_kind="failed" if is_error else None,
             content=[TextBlock(result or "(the subagent gave no answer)")],
             details=SpawnDetails(child_run_id=state.run_id, steps=len(state.turns)),
-            **parent,
+            run_id=run_id,
+            session_id=session_id,
         ),
     ]
 

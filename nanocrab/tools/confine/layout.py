@@ -1,0 +1,170 @@
+"""Which paths a confined command may read, write or not see at all.
+
+Read (and execute): the system's runtime trees (:data:`SYSTEM_DIRS`), the runtime's own Python
+prefixes (``sys.prefix``, ``sys.base_prefix``: exactly those trees, even under ``$HOME``), a
+short allow-list of files under ``/etc`` (:data:`ETC_FILES` — not ``/etc`` itself, whose
+per-package files hold credentials as often as not: ``shadow``, ``ssl/private``, ``npmrc``,
+``pip.conf``, ``mysql/debian.cnf`` …), a few character devices (:data:`DEVICES`) and the
+policy's ``exec.read_paths``. Read and write: the workspace and the call's private temporary
+directory. Everything else — ``$HOME``, the data directory, ``/proc``, ``/sys``, ``/tmp``,
+``/var``, ``/run``, other users' homes — is denied by Landlock.
+
+Landlock cannot deny a path beneath one it allows, so what must stay out of reach *inside* an
+allowed tree is handled with mounts in the child's private mount namespace: protected paths
+(the data directory and its keys, when they lie inside the workspace) are covered by an empty
+read-only ``tmpfs``, and the workspace's ``.git`` is pinned (it cannot be renamed or replaced)
+with ``config``, ``hooks`` and ``modules`` bound read-only, so a command cannot plant a hook or
+a ``core.fsmonitor`` that the user's own ``git`` would later run outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One ``mount(2)`` call in the sandbox's mount namespace (``None`` passes NULL)."""
+
+    source: str | None
+    target: str
+    fstype: str | None
+    flags: int
+    data: str | None = None
+
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+ETC_FILES = (
+    # users, groups and name resolution (glibc NSS)
+    "passwd", "group", "nsswitch.conf", "hosts", "host.conf", "resolv.conf", "gai.conf",
+    "services", "protocols", "networks",
+    # time, locale, the dynamic loader
+    "localtime", "timezone", "locale.alias", "locale.conf", "default/locale",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ld.so.preload",
+    # TLS trust (certificates only, never ssl/private)
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs",
+    "pki/ca-trust/extracted", "crypto-policies",
+    # tools' system-wide configuration
+    "gitconfig", "mime.types", "magic", "magic.mime", "inputrc", "terminfo", "shells",
+    "os-release", "lsb-release", "debian_version", "python3*",
+)  # fmt: skip
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+GIT_READ_ONLY = ("config", "hooks", "modules")
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_BIND = 0x1000
+MS_RELATIME = 0x200000
+_LOCKED = (
+    (os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
+    (os.ST_NOATIME, MS_NOATIME), (os.ST_NODIRATIME, MS_NODIRATIME), (os.ST_RELATIME, MS_RELATIME),
+)  # fmt: skip
+
+
+def python_prefixes() -> tuple[Path, ...]:
+    """The runtime interpreter's trees: its virtual environment and the installation."""
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    return tuple(Path(p) for p in sorted(found))
+
+
+def etc_files() -> Iterator[str]:
+    """The :data:`ETC_FILES` that exist here (globs expanded)."""
+    for name in ETC_FILES:
+        yield from sorted(glob.glob(os.path.join("/etc", name)))
+
+
+@functools.cache
+def system_roots() -> tuple[Path, ...]:
+    """Every read-only tree and file of the layout that exists on this host, as given (a rule
+    on a link lands on its target). Computed once per process."""
+    found = (*SYSTEM_DIRS, *map(str, python_prefixes()), *etc_files())
+    return tuple(Path(p) for p in found if os.path.exists(p))
+
+
+@functools.lru_cache(maxsize=64)
+def real_roots(roots: tuple[Path, ...]) -> tuple[Path, ...]:
+    """``roots`` with symbolic links resolved (what containment is checked against)."""
+    return tuple(dict.fromkeys(Path(os.path.realpath(r)) for r in roots))
+
+
+def is_within(path: Path, root: Path) -> bool:
+    """``path`` is ``root`` or lies beneath it (both taken as given: resolve them first)."""
+    return path == root or root in path.parents
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _plain(path: Path) -> bool:
+    """``path`` exists and is not a symbolic link (a link could aim the mount elsewhere)."""
+    return path.exists() and not path.is_symlink()
+
+
+def _readonly_bind(path: Path, locked: int) -> Iterator[Mount]:
+    target = os.fspath(path)
+    yield Mount(target, target, None, MS_BIND)
+    # a user namespace may not clear the flags the original mount has: repeat them
+    yield Mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | locked)
+
+
+def locked_flags(path: Path) -> int:
+    """The mount flags of the file system ``path`` is on, as a remount must repeat them."""
+    flags = os.statvfs(path).f_flag
+    return sum(ms for st, ms in _LOCKED if flags & st)
+
+
+def git_mounts(workspace: Path) -> list[Mount]:
+    """Pin ``<workspace>/.git`` and bind its config, hooks and modules read-only. Nothing when
+    there is no ``.git`` directory, or it is a link or a file (a worktree's pointer)."""
+    git = workspace / ".git"
+    if not _plain(git) or not git.is_dir():
+        return []
+    locked = locked_flags(git)
+    target = os.fspath(git)
+    mounts = [Mount(target, target, None, MS_BIND)]
+    for name in GIT_READ_ONLY:
+        path = git / name
+        if _plain(path):
+            mounts += _readonly_bind(path, locked)
+    return mounts
+
+
+def mask_mounts(
+    protected: Iterable[Path], *, readable: tuple[Path, ...], workspace: Path
+) -> list[Mount]:
+    """Hide each protected path that lies inside a readable or writable tree: a directory under
+    an empty read-only ``tmpfs``, a file under ``/dev/null``. A protected path that contains the
+    workspace (the data directory holding the default workspace) is left alone: Landlock
+    already keeps everything of it but the workspace out of reach."""
+    mounts: list[Mount] = []
+    if not protected:
+        return mounts
+    roots = real_roots(readable)
+    masked: list[Path] = []
+    for path in sorted({_real(p) for p in protected}):  # a parent before what it contains
+        if not path.exists() or is_within(workspace, path):
+            continue
+        if not any(is_within(path, root) for root in roots):
+            continue
+        if any(is_within(path, done) for done in masked):
+            continue  # already hidden under its parent's mount
+        masked.append(path)
+        target = os.fspath(path)
+        if path.is_dir():
+            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            mounts.append(Mount("tmpfs", target, "tmpfs", flags, "size=4k,mode=0555"))
+        else:
+            mounts.append(Mount("/dev/null", target, None, MS_BIND))
+    return mounts

@@ -33,6 +33,7 @@ class Echo:
     group: ClassVar[str] = "misc"
     description: ClassVar[str] = "Echo the text back. It is repeated `times` times."
     args_model: ClassVar[type[ToolArgs]] = EchoArgs
+    idempotent: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.calls = 0
@@ -49,6 +50,7 @@ class NoArgs(ToolArgs):
 def make_tool(name: str, group: str, description: str, error: Exception | None = None) -> Tool:
     class Made:
         args_model: ClassVar[type[ToolArgs]] = NoArgs
+        idempotent: ClassVar[bool] = True
 
         async def run(self, args: NoArgs, ctx: ToolContext) -> ToolResult:
             if error is not None:

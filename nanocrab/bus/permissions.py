@@ -7,13 +7,17 @@ is the single source of truth: the embedded server's config, ``nanocrab security
 and docs/security.md are all rendered from it.
 
 Everyone may read (subscribe, create and use consumers, direct and message gets); only ``admin``
-may create, update, purge or delete streams, which it does once at set-up.
+may create, update, purge or delete streams, which it does once at set-up. Observers — named
+read-only identities for outside consumers (``nanocrab security observer NAME``) — publish no
+event and may only create, pull from and delete server-named consumers and a durable named after
+themselves, so they cannot reconfigure or drain a handler's durable consumer.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -29,6 +33,8 @@ PROJECTOR: Final = "projector"
 CLI: Final = "cli"
 APPROVER: Final = "approver"
 CAPGEN: Final = "capgen"
+OBSERVER: Final = "observer"
+"""The role of every named observer; not itself an identity (see :func:`observer_allow`)."""
 
 HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN)
 """One per reactor of the agent loop; a reactor's ``name`` is its identity."""
@@ -102,6 +108,63 @@ info, delete, next, acks, flow control), stream info, direct and message gets. S
 update, delete, purge and message delete are absent: only ``admin`` has them."""
 
 
+OBSERVER_READ_API: Final = (
+    "$JS.API.INFO",
+    "$JS.API.STREAM.NAMES",
+    "$JS.API.STREAM.LIST",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.>",
+    "$JS.API.CONSUMER.CREATE.*",
+    "$JS.API.CONSUMER.INFO.*.*",
+    "$JS.API.CONSUMER.LIST.*",
+    "$JS.API.CONSUMER.NAMES.*",
+    "$JS.FC.>",
+)
+"""The part of :data:`READ_API` every observer gets: stream info, gets, consumer info and
+server-named (unnamed ephemeral, e.g. ordered) consumers. The consumer rights that name a
+consumer are granted per observer by :func:`observer_allow`."""
+
+
+def observer_allow(name: str) -> list[str]:
+    """The subjects observer ``name`` may publish to: :data:`OBSERVER_READ_API` plus creating,
+    pulling from, acknowledging and deleting the one durable consumer named ``name``.
+
+    NATS subject permissions match whole tokens, and a consumer name is one token of
+    ``$JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>]``, so "names starting with ``name``"
+    cannot be expressed; the durable is named exactly ``name``. Handler durables are named after
+    their identities, which is why :func:`check_observer_name` refuses those names.
+    """
+    check_observer_name(name)
+    return [
+        *OBSERVER_READ_API,
+        f"$JS.API.CONSUMER.CREATE.*.{name}",
+        f"$JS.API.CONSUMER.CREATE.*.{name}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.*.{name}",
+        f"$JS.API.CONSUMER.DELETE.*.{name}",
+        f"$JS.API.CONSUMER.MSG.NEXT.*.{name}",
+        f"$JS.ACK.*.{name}.>",
+    ]
+
+
+_OBSERVER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def check_observer_name(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` can name an observer: lower-case letters, digits,
+    ``-`` and ``_`` (one NATS subject token, one key file name) and not a built-in identity."""
+    if not _OBSERVER_NAME.match(name):
+        raise ValueError(
+            f"invalid observer name {name!r}: use 1-64 lower-case letters, digits, - or _, "
+            "starting with a letter"
+        )
+    if name in IDENTITIES or name == OBSERVER:
+        raise ValueError(
+            f"{name!r} is a built-in identity (and a handler's consumer name); choose another "
+            "observer name"
+        )
+
+
 def artifact_bucket(cfg: BusConfig) -> str:
     """The object-store bucket holding large tool outputs (``<root>_artifacts``)."""
     return f"{cfg.root}_artifacts"
@@ -143,30 +206,45 @@ def publish_allow(identity: str, cfg: BusConfig) -> list[str]:
     return allow
 
 
-def auth_config(public_keys: Mapping[str, str], cfg: BusConfig) -> str:
+def _user(comment: str, key: str, allow: Sequence[str]) -> str:
+    if not (key.startswith("U") and len(key) == 56):
+        raise ValueError(f"{comment}: {key!r} is not a public user nkey (U…, 56 chars)")
+    subjects = "".join(f"\n        {json.dumps(s)}," for s in allow)
+    return (
+        f"    # {comment}\n"
+        f"    {{ nkey: {key}, permissions: {{\n"
+        f"      publish: {{ allow: [{subjects}\n      ] }},\n"
+        f'      subscribe: {{ allow: [">"] }} }} }}'
+    )
+
+
+def auth_config(
+    public_keys: Mapping[str, str],
+    cfg: BusConfig,
+    *,
+    observers: Mapping[str, str] | None = None,
+) -> str:
     """The nats-server ``authorization { users = [...] }`` block for these identities.
 
     ``public_keys`` maps identity names (see :data:`IDENTITIES`) to their public user nkeys
-    (``U…``). Subscribing is allowed everywhere (reading is not what the table protects);
-    publishing is allowed only on :func:`publish_allow`.
+    (``U…``); ``observers`` maps observer names to theirs. Subscribing is allowed everywhere
+    (reading is not what the table protects); publishing is allowed only on
+    :func:`publish_allow` (:func:`observer_allow` for observers). The block is deterministic:
+    the same keys always render the same text (the embedded server compares digests of it).
     """
     unknown = sorted(set(public_keys) - set(IDENTITIES))
     if unknown:
         raise KeyError(f"unknown identities {unknown}; known: {', '.join(IDENTITIES)}")
-    users = []
-    for identity in IDENTITIES:
-        key = public_keys.get(identity)
-        if key is None:
-            continue
-        if not (key.startswith("U") and len(key) == 56):
-            raise ValueError(f"{identity}: {key!r} is not a public user nkey (U…, 56 chars)")
-        allow = "".join(f"\n        {json.dumps(s)}," for s in publish_allow(identity, cfg))
+    users = [
+        _user(f"{identity}: {WHY[identity]}", public_keys[identity], publish_allow(identity, cfg))
+        for identity in IDENTITIES
+        if identity in public_keys
+    ]
+    for name in sorted(observers or {}):
         users.append(
-            f"    # {identity}: {WHY[identity]}\n"
-            f"    {{ nkey: {key}, permissions: {{\n"
-            f"      publish: {{ allow: [{allow}\n      ] }},\n"
-            f'      subscribe: {{ allow: [">"] }} }} }}'
-        )
+            _user(f"observer {name}: reads the log, publishes nothing", (observers or {})[name],
+                  observer_allow(name))
+        )  # fmt: skip
     return "authorization {\n  users = [\n" + ",\n".join(users) + "\n  ]\n}\n"
 
 
@@ -180,6 +258,8 @@ __all__ = [
     "IDENTITIES",
     "LLM",
     "MAY_PUBLISH",
+    "OBSERVER",
+    "OBSERVER_READ_API",
     "ORCHESTRATOR",
     "POLICY",
     "PROJECTOR",
@@ -188,7 +268,9 @@ __all__ = [
     "WHY",
     "artifact_bucket",
     "auth_config",
+    "check_observer_name",
     "event_subjects",
     "may_publish",
+    "observer_allow",
     "publish_allow",
 ]

@@ -86,6 +86,28 @@ def _healthy(monitor_url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+_AUTH_FILE = "auth.conf"
+_AUTH_INCLUDE = f'include "{_AUTH_FILE}"'
+"""nats.conf includes the authorization block from its own file, so it can be replaced and
+reloaded (SIGHUP) while the server runs; include paths are relative to nats.conf."""
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _config_load_time(monitor_url: str) -> str | None:
+    """When the server last (re)loaded its config (``/varz``), or ``None`` if unreachable."""
+    try:
+        with urllib.request.urlopen(f"{monitor_url}/varz", timeout=1.0) as resp:
+            varz = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return str(varz.get("config_load_time"))
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,6 +219,7 @@ class EmbeddedServer:
         store = self.dir / "jetstream"
         store.mkdir(parents=True, exist_ok=True)
         sync = "" if self.sync_interval == "default" else f"  sync_interval: {self.sync_interval}\n"
+        _write_atomic(self._auth_file, self.authorization)
         conf = self.dir / "nats.conf"
         conf.write_text(
             f"server_name: nanocrab_{port}\n"
@@ -204,7 +227,7 @@ class EmbeddedServer:
             f"http: {self.host}:{monitor_port}\n"
             "max_payload: 8MB\n"
             f"jetstream {{\n  store_dir: {json.dumps(str(store))}\n{sync}}}\n"
-            f"{self.authorization}\n"
+            f"{_AUTH_INCLUDE}\n"
             f"{self.extra_config}\n"
         )
         with self.log_file.open("ab") as log:
@@ -234,6 +257,51 @@ class EmbeddedServer:
         state = {"pid": self.pid, "url": self.url, "monitor_url": self.monitor_url}
         self._state_file.write_text(json.dumps({**state, "authorization": self._auth_digest}))
         return self.url
+
+    @property
+    def _auth_file(self) -> Path:
+        return self.dir / _AUTH_FILE
+
+    def reload_authorization(self, timeout: float = 10.0) -> bool:
+        """Hand this object's ``authorization`` to the server already running for this data
+        dir, without a restart (nats-server reloads users and permissions on SIGHUP; open
+        connections keep working). Returns ``False`` when no server is running — the next
+        :meth:`start` uses the new block anyway.
+
+        Raises :class:`ServerStartError` when the running server cannot take it: it runs
+        without permissions, was started by a nanocrab that wrote the block inline, or did not
+        confirm the reload within ``timeout`` (its log says why; it keeps the old block).
+        """
+        with _locked(self.dir / "server.lock"):
+            state = self.running()
+            if state is None:
+                return False
+            pid, monitor_url = int(str(state["pid"])), str(state["monitor_url"])
+            where = f"the nats-server running for {self.dir.parent} (pid {pid})"
+            if state.get("authorization") is None or not self.authorization:
+                raise ServerStartError(
+                    f"{where} runs without broker permissions (NANOCRAB_NATS_AUTH=none): there "
+                    "is nothing to add a user to; restart it with permissions on"
+                )
+            conf = self.dir / "nats.conf"
+            if _AUTH_INCLUDE not in conf.read_text(errors="replace"):
+                raise ServerStartError(
+                    f"{where} was started by an older nanocrab and cannot reload its users: "
+                    "restart it (Ctrl-C `nanocrab up`, start it again)"
+                )
+            before = _config_load_time(monitor_url)
+            _write_atomic(self._auth_file, self.authorization)
+            os.kill(pid, signal.SIGHUP)
+            deadline = time.monotonic() + timeout
+            while _config_load_time(monitor_url) == before:
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        f"{where} did not reload {self._auth_file} within {timeout}s; see "
+                        f"{self.log_file}:\n{self._log_tail()}"
+                    )
+                time.sleep(0.02)
+            self._state_file.write_text(json.dumps({**state, "authorization": self._auth_digest}))
+            return True
 
     def _log_tail(self, lines: int = 15) -> str:
         try:

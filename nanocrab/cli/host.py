@@ -40,6 +40,7 @@ from nanocrab.bus.permissions import (
     RUNTIME_IDENTITIES,
     auth_config,
 )
+from nanocrab.cli.observers import observer_keys
 from nanocrab.projections import (
     Projection,
     ProjectionError,
@@ -82,6 +83,12 @@ def public_keys(keyring: KeyRing) -> dict[str, str]:
         raise BusError(str(exc)) from exc
 
 
+def server_authorization(keyring: KeyRing, cfg: BusConfig) -> str:
+    """The ``authorization`` block for this data dir: every identity (creating missing seeds)
+    and every observer (``nanocrab security observer``)."""
+    return auth_config(public_keys(keyring), cfg, observers=observer_keys(keyring.dir))
+
+
 def seed_source(keyring: KeyRing, *, create: bool) -> SeedSource:
     """Seeds from ``keyring``; ``create=False`` (an external cluster, whose server config lists
     existing keys) refuses to invent one."""
@@ -115,7 +122,7 @@ async def bus_connector(
     server: EmbeddedServer | None = None
     url = cfg.url
     if url is None:
-        authorization = auth_config(public_keys(keyring), cfg) if keyring is not None else ""
+        authorization = server_authorization(keyring, cfg) if keyring is not None else ""
         server = EmbeddedServer(cfg.data_dir, sync_interval=sync, authorization=authorization)
         url = await asyncio.to_thread(server.start)
     seeds = seed_source(keyring, create=cfg.url is None) if keyring is not None else None

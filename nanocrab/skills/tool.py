@@ -52,6 +52,7 @@ class SkillTool:
         "instructions point to it."
     )
     args_model: ClassVar[type[ToolArgs]] = SkillArgs
+    idempotent: ClassVar[bool] = True  # reads skill content only: re-run after a crash
 
     def __init__(
         self, library: SkillLibrary, *, max_resource_bytes: int = DEFAULT_MAX_RESOURCE_BYTES

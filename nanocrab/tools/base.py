@@ -101,21 +101,22 @@ class ToolArgs(BaseModel):
 class Tool(Protocol):
     """A tool. ``name`` is canonical (``read``, ``exec``); ``group`` orders the catalogue.
 
-    Optional class attribute ``idempotent: ClassVar[bool]`` (not a protocol member, since a tool
-    may leave it out): true only when running a call twice has no effect beyond running it once
+    ``idempotent`` is true only when running a call twice has no effect beyond running it once
     (read-only tools). After a crash the executor re-runs such a call; any other call whose start
-    is in the log without a result is reported ``interrupted``, never run twice. A tool that does
-    not set it is not idempotent (:func:`is_idempotent`).
+    is in the log without a result is reported ``interrupted``, never run twice. Every tool says
+    which it is: a side effect run twice is the failure this field exists to prevent, so there is
+    no default to forget.
     """
 
     name: ClassVar[str]
     group: ClassVar[str]
     description: ClassVar[str]
     args_model: ClassVar[type[ToolArgs]]
+    idempotent: ClassVar[bool]
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult: ...
 
 
 def is_idempotent(tool: Tool) -> bool:
-    """Whether ``tool`` declared itself idempotent; not declaring it means it is not."""
-    return getattr(tool, "idempotent", False) is True
+    """Whether a crashed call of ``tool`` may simply be run again."""
+    return tool.idempotent

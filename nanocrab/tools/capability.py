@@ -63,6 +63,7 @@ class CapabilityTool:
         "enabled capabilities, their descriptions and parameters."
     )
     args_model: ClassVar[type[ToolArgs]] = CapabilityArgs
+    idempotent: ClassVar[bool] = False  # generated code may write (fs.write)
 
     def __init__(self, sandbox: Sandbox, *, lookup: Lookup, catalogue: Catalogue) -> None:
         self.sandbox = sandbox

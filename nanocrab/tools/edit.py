@@ -42,6 +42,7 @@ class EditTool:
         "read the file first and copy the passage with a few lines of context."
     )
     args_model: ClassVar[type[ToolArgs]] = EditArgs
+    idempotent: ClassVar[bool] = False  # changes a file
 
     async def run(self, args: EditArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_workspace(ctx.workspace, args.path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import ClassVar
@@ -114,7 +114,7 @@ class GrepTool:
 
     async def _files(
         self, base: Path, is_dir: bool, wanted: Callable[[str], bool], ctx: ToolContext
-    ) -> AsyncIterator[Path]:
+    ) -> AsyncGenerator[Path, None]:
         if not is_dir:
             yield base
             return

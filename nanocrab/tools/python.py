@@ -80,6 +80,7 @@ class PythonTool:
         "s), a CPU budget that scales with it, 256 MiB of memory, 32 KB of output per stream."
     )
     args_model: ClassVar[type[ToolArgs]] = PythonArgs
+    idempotent: ClassVar[bool] = False  # may write the workspace (write: true)
 
     def __init__(
         self,

@@ -51,6 +51,7 @@ class ExecTool:
         "output to a file and inspect it with read or grep."
     )
     args_model: ClassVar[type[ToolArgs]] = ExecArgs
+    idempotent: ClassVar[bool] = False  # a command may do anything
 
     def __init__(self, *, max_lines: int = 2000, max_bytes: int = 30_000) -> None:
         self.max_lines = max_lines

@@ -48,6 +48,7 @@ class WebFetchTool:
         "text (HTML converted to Markdown). Only hosts on the runtime's allow-list can be reached."
     )
     args_model: ClassVar[type[ToolArgs]] = WebFetchArgs
+    idempotent: ClassVar[bool] = False  # fetches over the network: not assumed repeatable
 
     def __init__(
         self,

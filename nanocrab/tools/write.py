@@ -26,6 +26,7 @@ class WriteTool:
         "Prefer edit for changing part of an existing file."
     )
     args_model: ClassVar[type[ToolArgs]] = WriteArgs
+    idempotent: ClassVar[bool] = False  # changes a file
 
     async def run(self, args: WriteArgs, ctx: ToolContext) -> ToolResult:
         path = resolve_in_workspace(ctx.workspace, args.path)

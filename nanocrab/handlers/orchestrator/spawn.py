@@ -31,6 +31,7 @@ class SpawnTool:
         "result. Use it for self-contained investigations; give it everything it needs to know."
     )
     args_model: ClassVar[type[ToolArgs]] = SpawnArgs
+    idempotent: ClassVar[bool] = False  # starts a child run
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
         return ToolResult.error("internal", "spawn is run by the orchestrator, not the executor")

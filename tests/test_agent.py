@@ -10,6 +10,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import psutil
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,6 +38,7 @@ from nanocrab.events import (
     ToolRequested,
     ToolSkipped,
     ToolStarted,
+    ToolUseBlock,
     utcnow,
 )
 from nanocrab.handlers.orchestrator import Orchestrator
@@ -432,11 +434,46 @@ async def test_the_replay_provider_reproduces_a_past_run(
                 if e.type not in ("llm.delta", "tool.output")]  # fmt: skip
 
     assert shape(replayed) == shape(recorded)
-    assert [r.content for r in of_type(replayed, LlmResponded)] == [
-        r.content for r in of_type(recorded, LlmResponded)
+    assert [_without_ids(r.content) for r in of_type(replayed, LlmResponded)] == [
+        _without_ids(r.content) for r in of_type(recorded, LlmResponded)
     ]
+    # a re-run is a new run: its calls never reuse the recorded call ids (approvals, grants
+    # and audit rows of the two runs stay apart)
+    old_ids = {c.call_id for c in of_type(recorded, ToolRequested)}
+    new_ids = {c.call_id for c in of_type(replayed, ToolRequested)}
+    assert new_ids and old_ids and not (old_ids & new_ids)
     assert (again / "greet.py").read_text() == (workspace / "greet.py").read_text()
     shutil.rmtree(again)
+
+
+def _without_ids(content: list[object]) -> list[object]:
+    return [
+        msgspec.structs.replace(b, id="") if isinstance(b, ToolUseBlock) else b for b in content
+    ]
+
+
+async def test_a_rerun_of_a_run_with_a_subagent_replays_the_child_too(
+    log: EventLog, engine: AsyncEngine, workspace: Path
+) -> None:
+    async with running_host(log, engine, agent_reactors(log, engine, scripted(SPAWN), workspace)):
+        original = submit("delegate the search", workspace)
+        await log.append(original)
+        parent = await finished(log, original.run_id or "")
+        (spawned,) = of_type(parent, SubagentSpawned)
+        child = [s.event for s in await read_run(log, spawned.child_run_id)]
+    replay = ReplayProvider.from_events([*parent, *child], root=original.run_id)
+    async with running_host(log, engine, agent_reactors(log, engine, replay, workspace)):
+        rerun = submit("delegate the search", workspace)
+        await log.append(rerun)
+        replayed = await finished(log, rerun.run_id or "")
+        (again,) = of_type(replayed, SubagentSpawned)
+        child_again = await finished(log, again.child_run_id)
+    assert of_type(replayed, RunCompleted) and of_type(child_again, RunCompleted)
+    assert again.child_run_id != spawned.child_run_id
+    assert [r.text for r in of_type(replayed, ReplySent)] == [
+        r.text for r in of_type(parent, ReplySent)
+    ]
+    assert [c.tool for c in of_type(child_again, ToolCompleted)] == ["grep"]
 
 
 HISTORY = """

@@ -55,7 +55,17 @@ async def test_serves_each_turn_as_recorded() -> None:
         chunks.append(text)
 
     first = await model.complete(ask(0), on_delta=on_delta)
-    assert first.content == RECORDED[0].content
+    text, call = first.content
+    assert text == RECORDED[0].content[0]
+    assert isinstance(call, ToolUseBlock) and (call.name, call.input) == (
+        "read",
+        {"path": "greet.py"},
+    )
+    assert call.id.startswith("toolu_") and call.id != "toolu_01A", (
+        "a re-run's call ids are its own"
+    )
+    again = await ReplayProvider(RECORDED).complete(ask(0))
+    assert again.content[1] == call, "derived from the new run and the recorded id: stable"
     assert first.stop_reason == "tool_use"
     assert first.usage == RECORDED[0].usage
     assert first.model == "claude-sonnet-4-6"

@@ -236,3 +236,10 @@ def test_security_observer_command_keeps_the_seed_private_and_says_how_to_connec
     assert "shown once" in printed.stdout and not (home / "keys/observers/once.nk").exists()
     config = runner.invoke(app, ["security", "nats-config"])
     assert out["public_key"] in config.stdout and "observer dash" in config.stdout
+    status = runner.invoke(app, ["status", "--json"])
+    assert status.exit_code == 0, status.output
+    server = json.loads(status.stdout)["server"]
+    assert server["url"].startswith("nats://127.0.0.1:") and server["auth"] == "nkeys"
+    assert server["observers"] == ["dash", "once"] and "only" in server["lifetime"]
+    text = runner.invoke(app, ["status"])
+    assert "server: nats://127.0.0.1:" in text.stdout and "security observer" in text.stdout

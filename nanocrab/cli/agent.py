@@ -27,6 +27,7 @@ from nanocrab.events import (
     RunCompleted,
     RunFailed,
     SessionArchived,
+    SubagentSpawned,
     TaskSubmitted,
     new_event_id,
 )
@@ -298,16 +299,26 @@ def rerun(
     ws = (workspace or Path.cwd()).resolve()
 
     async def recorded() -> tuple[TaskSubmitted, list[Event]]:
+        """The run's events and its subagents' (theirs are replayed too)."""
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            events = [s.event for s in await read_run(log, run_id) if s.event is not None]
-        tasks = [e for e in events if isinstance(e, TaskSubmitted)]
+            events: list[Event] = []
+            runs, seen = [run_id], set()
+            while runs:
+                current = runs.pop()
+                if current in seen:
+                    continue
+                seen.add(current)
+                found = [s.event for s in await read_run(log, current) if s.event is not None]
+                runs += [e.child_run_id for e in found if isinstance(e, SubagentSpawned)]
+                events += found
+        tasks = [e for e in events if isinstance(e, TaskSubmitted) and e.run_id == run_id]
         if not tasks:
             err.print(f"[red]no run {run_id!r}[/]")
             raise typer.Exit(1)
         return tasks[0], events
 
     original, events = run_async(recorded())
-    provider = ReplayProvider.from_events(events)
+    provider = ReplayProvider.from_events(events, root=run_id)
     task = new_task(original.text, original.agent, None, workspace=ws, session_id=new_event_id())
     console.print(
         f"[dim]re-running {run_id} as {task.run_id} with {len(provider.turns)} recorded turns[/]"

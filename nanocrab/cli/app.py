@@ -30,6 +30,7 @@ from nanocrab.cli.common import (
     setup,
 )
 from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
+from nanocrab.cli.observers import server_info
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.status import gather_status
 from nanocrab.cli.wiring import build_reactors
@@ -221,7 +222,7 @@ def status(json_: JsonOpt = False) -> None:
     settings = settings_or_exit()
 
     async def main() -> dict[str, Any]:
-        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, server):
             engine = engine_for(settings.db_url)
             try:
                 out = await gather_status(log, engine)
@@ -229,6 +230,7 @@ def status(json_: JsonOpt = False) -> None:
                 await engine.dispose()
             out["runtime_up"] = RuntimeMarker(settings.home).alive()
             out["home"] = str(settings.home)
+            out["server"] = server_info(settings, server)
             return out
 
     out = run_async(main())
@@ -236,6 +238,9 @@ def status(json_: JsonOpt = False) -> None:
         print_json(console, out)
         return
     console.print(f"data directory: {out['home']}")
+    srv = out["server"]
+    console.print(f"server: {srv['url']} ({srv['lifetime']})", highlight=False, soft_wrap=True)
+    console.print(f"connect: {srv['connect']}", highlight=False, soft_wrap=True)
     t = Table(title="streams", title_justify="left")
     for col in ("name", "messages", "bytes", "last seq"):
         t.add_column(col)

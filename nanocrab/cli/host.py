@@ -40,6 +40,7 @@ from nanocrab.bus.permissions import (
     RUNTIME_IDENTITIES,
     auth_config,
 )
+from nanocrab.bus.supervisor import Supervised, supervise
 from nanocrab.cli.observers import observer_keys
 from nanocrab.projections import (
     Projection,
@@ -181,6 +182,8 @@ class Host:
     projectors: list[Projector] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    supervised: list[Supervised] = field(default_factory=list, init=False)
+    """Each background loop's restarts and last crash."""
 
     async def start(self) -> None:
         logs = self.log_for or (lambda _identity: self.log)
@@ -206,10 +209,12 @@ class Host:
         # Everything alive now (imported modules, the SDKs, compiled schemas) lives as long as the
         # process: keep it out of full collections, which otherwise stall the loop ~100+ ms.
         gc.freeze()
+        # each reactor's background loop restarts after a crash (bus/supervisor.py)
+        self.supervised = [Supervised(r.name) for r in self.reactors if hasattr(r, "background")]
+        loops = [r.background for r in self.reactors if hasattr(r, "background")]
         self._background = [
-            asyncio.create_task(r.background(), name=f"background:{r.name}")
-            for r in self.reactors
-            if hasattr(r, "background")
+            asyncio.create_task(supervise(item, loop), name=f"background:{item.name}")
+            for item, loop in zip(self.supervised, loops, strict=True)
         ]
 
     async def stop(self, *, drain_s: float = 10.0) -> None:

@@ -1,4 +1,5 @@
-"""Named observers: read-only NATS identities for outside consumers (docs/events.md).
+"""Outside clients: named observers (read-only NATS identities) and how to connect
+(docs/events.md §6).
 
 An observer is a public key in ``<keys dir>/observers/<name>.pub``; its seed is in
 ``<keys dir>/observers/<name>.nk`` (0600) unless it was handed out once and not kept. Every
@@ -12,10 +13,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nkeys
 
+from nanocrab.bus import EmbeddedServer
 from nanocrab.bus.permissions import check_observer_name
+from nanocrab.cli.settings import Settings
 from nanocrab.security import KeyRing, SecurityError, new_seed
 
 
@@ -88,4 +92,43 @@ def connect_snippets(url: str, seed_file: str) -> dict[str, str]:
         "go": (
             f'opt, _ := nats.NkeyOptionFromSeed("{seed_file}"); nc, _ := nats.Connect("{url}", opt)'
         ),
+    }
+
+
+def server_info(settings: Settings, server: EmbeddedServer | None) -> dict[str, Any]:
+    """Where an outside client connects and with what (``nanocrab status``): ``url``, ``external``,
+    ``lifetime`` (whether the URL outlives this command), ``auth`` (``nkeys`` or ``none``),
+    ``observers`` (names) and ``connect``, one line saying how."""
+    cfg = settings.bus()
+    url = settings.nats_url if server is None else server.url
+    if server is None:
+        lifetime = "external server (NANOCRAB_NATS_URL)"
+    elif server.owned:
+        lifetime = (
+            "embedded, started for this command only: `nanocrab up` keeps a server on this "
+            "data dir (port 4222, or a free one when 4222 is taken)"
+        )
+    else:
+        lifetime = f"embedded, running (pid {server.pid})"
+    names = sorted(observer_keys(cfg.keys_dir)) if cfg.authenticated else []
+    if not cfg.authenticated:
+        connect = "no credentials (NANOCRAB_NATS_AUTH=none); see docs/events.md §6"
+    elif names:
+        where = observers_dir(cfg.keys_dir)
+        connect = (
+            f"with an observer's nkey seed ({', '.join(names)}: {where}/NAME.nk); "
+            "new one: `nanocrab security observer NAME`; see docs/events.md §6"
+        )
+    else:
+        connect = (
+            "with an nkey seed: create a read-only one with `nanocrab security observer NAME`; "
+            "see docs/events.md §6"
+        )
+    return {
+        "url": url,
+        "external": server is None,
+        "lifetime": lifetime,
+        "auth": "nkeys" if cfg.authenticated else "none",
+        "observers": names,
+        "connect": connect,
     }

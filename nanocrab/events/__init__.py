@@ -21,7 +21,7 @@ from nanocrab.events.capabilities import (
 )
 from nanocrab.events.codec import DEFAULT_MAX_EVENT_BYTES, Codec
 from nanocrab.events.errors import DecodeErrorKind, EventDecodeError, EventError, UpcastError
-from nanocrab.events.ids import derive_event_id, new_event_id, utcnow
+from nanocrab.events.ids import child_run_id, derive_event_id, new_event_id, utcnow
 from nanocrab.events.llm import (
     ContextCompacted,
     LlmDelta,
@@ -193,6 +193,7 @@ __all__ = [
     "Usage",
     "WebFetchDetails",
     "WriteDetails",
+    "child_run_id",
     "default_upcasters",
     "derive_event_id",
     "new_event_id",

@@ -40,3 +40,11 @@ def derive_event_id(
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def child_run_id(parent_run_id: str, call_id: str) -> str:
+    """The run id of the subagent that ``spawn`` call ``call_id`` of ``parent_run_id`` starts.
+
+    Derived, so a redelivered spawn starts no second child, and so a re-run of the parent can
+    tell which recorded child a new child stands for (``llm/replay.py``)."""
+    return derive_event_id("spawn", f"{parent_run_id}/{call_id}", 0)

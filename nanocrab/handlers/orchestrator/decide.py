@@ -35,7 +35,7 @@ from nanocrab.events import (
     ToolCompleted,
     ToolRequested,
     ToolSkipped,
-    derive_event_id,
+    child_run_id,
 )
 from nanocrab.handlers.conversation import text_of
 from nanocrab.handlers.orchestrator.commands import run_command
@@ -190,7 +190,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
                 content=[TextBlock(f"invalid spawn arguments: {exc}")],
             )
         ]
-    child = derive_event_id("spawn", f"{state.run_id}/{call.call_id}", 0)
+    child = child_run_id(state.run_id, call.call_id)
     mine = set(enabled_tools(state.task.agent, state.task.tools))
     tools = [t for t in enabled_tools(args.agent, args.tools) if t in mine and t != "spawn"]
     return [

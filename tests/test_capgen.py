@@ -354,7 +354,7 @@ async def test_registry_projection_shows_versions_stats_and_status(
     await project(log, engine)
     (row,) = await list_capabilities(engine)
     assert (row.name, row.version, row.status, row.safety_level) == (
-        "word_count", "0.1.0", "enabled", "safe",
+        "word_count", "0.1.0", "disabled", "safe",
     )  # fmt: skip
     assert row.parameters["required"] == ["text"] and row.permissions == []
     assert row.content_hash == registered.content_hash
@@ -392,6 +392,11 @@ async def test_registry_projection_shows_versions_stats_and_status(
         assert detail is not None
         return detail.row.status, refusal(detail.row)
 
+    # registered means tested, not allowed: the user decides (seed 001)
+    state, why = await status()
+    assert state == "disabled" and why is not None and "not enabled yet" in why
+    assert "capabilities enable word_count" in why
+    await log.append(CapabilityEnabled(name="word_count", version="0.1.0", source="cli"))
     assert await status() == ("enabled", None)
     await log.append(CapabilityDisabled(name="word_count", version="0.1.0", reason="flaky"))
     state, why = await status()
@@ -407,9 +412,10 @@ async def test_registry_projection_shows_versions_stats_and_status(
     await log.append(CapabilityEnabled(name="word_count", version="0.1.0"))
     assert (await status())[0] == "removed", "a removed capability cannot be enabled"
 
-    # generated again: back in the registry, enabled
+    # generated again: back in the registry, waiting for the user again
     await generate(log, handler, "count words")
-    assert await status() == ("enabled", None)
+    state, why = await status()
+    assert state == "disabled" and why is not None and "not enabled yet" in why
     (row,) = await list_capabilities(engine)
     assert json.dumps(row.parameters)  # JSON round trip of the schema
 

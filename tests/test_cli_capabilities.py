@@ -24,15 +24,22 @@ def test_generate_offline_then_list_show_invoke_disable(home: Path) -> None:
     assert "attempt 1" in out and "refused" in out and "[dynamic_code]" in out, out
     assert "attempt 2" in out and "tests 3/3 passed" in out
     assert "registered word_count 0.1.0" in out and "safety level safe" in out
+    assert "nanocrab capabilities enable word_count" in out
     assert "Traceback" not in generated.stderr
 
     listed = cli(home, "capabilities", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (row["name"], row["version"], row["status"], row["safety_level"]) == (
-        "word_count", "0.1.0", "enabled", "safe",
+        "word_count", "0.1.0", "disabled", "safe",
     )  # fmt: skip
     assert len(row["content_hash"]) == 64 and f"sha256 {row['content_hash'][:12]}" in out
+
+    # registered is not allowed: the user decides (seed 001)
+    waiting = cli(home, "capabilities", "invoke", "word_count", "--args", '{"text":"a b"}')
+    assert waiting.returncode == 1 and "not enabled yet" in waiting.stderr
+    assert "capabilities enable word_count" in waiting.stderr
+    assert cli(home, "capabilities", "enable", "word_count").returncode == 0
 
     invoked = cli(home, "capabilities", "invoke", "word_count", "--args", '{"text":"a b"}')
     assert invoked.returncode == 0, invoked.stderr

@@ -28,7 +28,15 @@ class AppendConflict(BusError):
 
 
 class AppendRejected(BusError):
-    """JetStream refused an append for a reason other than a sequence conflict (full, too big)."""
+    """JetStream refused an append for a reason other than a sequence conflict (full, too big).
+
+    ``code`` / ``err_code`` are JetStream's (HTTP-like status, JetStream error code; 0 when the
+    refusal came without one): ``bus/failures.py`` tells a full log from a passing outage."""
+
+    def __init__(self, message: str, *, code: int = 0, err_code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.err_code = err_code
 
 
 class TransientError(BusError):

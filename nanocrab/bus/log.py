@@ -349,7 +349,11 @@ def _rejected(event: Event, subject: str, ack: _PubAck) -> AppendRejected:
             f"{event.type} {event.id}: no stream listens on {subject} (no responders); "
             "are the streams set up on this server? (EventLog.open creates them)"
         )
-    return AppendRejected(f"{event.type} {event.id} refused: {_describe(ack.error)}")
+    return AppendRejected(
+        f"{event.type} {event.id} refused: {_describe(ack.error)}",
+        code=ack.error.code,
+        err_code=ack.error.err_code,
+    )
 
 
 __all__ = ["Appended", "EventDecodeError", "EventLog", "Expect", "RawMessage"]

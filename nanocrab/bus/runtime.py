@@ -7,7 +7,8 @@ recorded as ``bus.malformed`` / ``bus.dead_lettered`` events (pointing at the or
 stream sequence); the loop goes on with the next message. An event stored on another subject than
 its own (``bus/placement.py``) is malformed input: ``bus.malformed`` with kind ``invalid``.
 Transient failures are nak'd with backoff until ``max_deliver``. The subscription is re-created
-after a server restart.
+after a server restart. Bus failures are classified (``bus/failures.py``): a permanent one (a full
+log, a missing stream) is logged at ERROR, kept in ``failure`` and retried slowly.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
+from nanocrab.bus.failures import Severity, severity
 from nanocrab.bus.log import EventLog
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.subjects import sanitize_token
@@ -70,6 +72,8 @@ class RuntimeOptions:
     max_deliver: int = 6
     backoff_s: tuple[float, ...] = (0.5, 2.0, 5.0, 15.0, 30.0)
     max_ack_pending: int = 1000
+    permanent_retry_s: float = 10.0
+    """Pause before retrying after a permanent failure (a full log, a missing stream)."""
     concurrency: int = 1
     """Events handled at once. Above 1, events (even of one run) may be handled out of order:
     only for reactors whose decisions are guarded (``Reaction.expect``) or independent."""
@@ -147,6 +151,8 @@ class HandlerRuntime:
         self.processed = 0
         self.dead_lettered = 0
         self.superseded = 0
+        self.failure: str | None = None
+        """The permanent failure (``bus/failures.py``) this handler is stuck on, if any."""
         self._inflight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.opts.concurrency)
 
@@ -214,8 +220,11 @@ class HandlerRuntime:
             except _CONNECTION_ERRORS as exc:
                 if self._stopping.is_set():
                     break
-                log.info("handler %s: re-subscribing after %r", self.durable, exc)
-                await self._wait_connected()
+                if self._note_failure(exc) == "permanent":
+                    await self._pause(self.opts.permanent_retry_s)
+                else:
+                    log.info("handler %s: re-subscribing after %r", self.durable, exc)
+                    await self._wait_connected()
             finally:
                 if self._inflight:
                     await asyncio.gather(*self._inflight, return_exceptions=True)
@@ -226,8 +235,27 @@ class HandlerRuntime:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("handler %s: %r", self.durable, task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and self._note_failure(exc) == "transient":
+            log.warning("handler %s: %r", self.durable, exc)
+
+    def _note_failure(self, exc: BaseException) -> Severity:
+        """Classify a bus failure (``bus/failures.py``); a permanent one is logged at ERROR and
+        kept in ``failure`` until a message is handled again."""
+        kind = severity(exc)
+        if kind == "permanent":
+            self.failure = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "handler %s: %s — retrying every %.0fs, but this needs an operator",
+                self.durable,
+                self.failure,
+                self.opts.permanent_retry_s,
+            )
+        return kind
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
 
     async def _wait_connected(self) -> None:
         reconnects = reconnects_of(self.log.nc)
@@ -324,6 +352,7 @@ class HandlerRuntime:
                 return
             await msg.ack()
         self.processed += 1
+        self.failure = None
 
     async def _append(self, cause: Event, reaction: Reaction) -> None:
         if not await append_reaction(self.log, self.durable, cause, reaction):

@@ -14,7 +14,7 @@ from typing import IO, Literal
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -42,6 +42,19 @@ def context_from(traceparent: str | None) -> Context | None:
     return _propagator.extract({"traceparent": traceparent})
 
 
+def _json_line(span: ReadableSpan) -> str:
+    line: str = span.to_json(indent=None)  # the SDK leaves it untyped
+    return line + "\n"
+
+
+def json_lines_exporter(out: IO[str] | None = None) -> ConsoleSpanExporter:
+    """Writes each finished span to ``out`` (stdout by default) as one compact JSON object per
+    line (JSON Lines: ``traces.jsonl``), not the SDK's default pretty-printed multi-line form."""
+    if out is None:
+        return ConsoleSpanExporter(formatter=_json_line)
+    return ConsoleSpanExporter(out=out, formatter=_json_line)
+
+
 def configure_tracing(
     service_name: str,
     *,
@@ -51,9 +64,9 @@ def configure_tracing(
 ) -> TracerProvider | None:
     """Install the global tracer provider.
 
-    ``console`` writes spans as JSON to ``console_out`` or ``console_path`` (the CLI points it at a
-    file in the data directory so spans do not drown the terminal); ``otlp`` uses the standard
-    ``OTEL_EXPORTER_OTLP_*`` environment variables; ``none`` leaves tracing off.
+    ``console`` writes spans as JSON Lines to ``console_out`` or ``console_path`` (the CLI points
+    it at a file in the data directory so spans do not drown the terminal); ``otlp`` uses the
+    standard ``OTEL_EXPORTER_OTLP_*`` environment variables; ``none`` leaves tracing off.
     """
     if exporter == "none":
         return None
@@ -67,8 +80,6 @@ def configure_tracing(
         if out is None and console_path is not None:
             console_path.parent.mkdir(parents=True, exist_ok=True)
             out = console_path.open("a", encoding="utf-8")
-        provider.add_span_processor(
-            BatchSpanProcessor(ConsoleSpanExporter(out=out) if out else ConsoleSpanExporter())
-        )
+        provider.add_span_processor(BatchSpanProcessor(json_lines_exporter(out)))
     trace.set_tracer_provider(provider)
     return provider

@@ -15,6 +15,7 @@ from nanocrab.cli.approve import answer_for, interactive, prompt_for
 from nanocrab.cli.audit import print_run_audit
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit, setup
 from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
+from nanocrab.cli.ids import resolve_run
 from nanocrab.cli.live import print_line, usage_table
 from nanocrab.cli.render import print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
@@ -264,7 +265,9 @@ async def read_run_scope(log: EventLog, scope: str) -> list[Stored]:
     return [s async for s in read(log, scope)]
 
 
-async def _live_run(log: EventLog, run_id: str) -> RunState:
+async def _live_run(log: EventLog, given: str) -> RunState:
+    """The state of the live run ``given`` names (a whole id or a unique prefix or suffix)."""
+    run_id = await resolve_run(log, given)
     events = await read_run(log, run_id)
     if not events:
         err.print(
@@ -301,8 +304,9 @@ def rerun(
     async def recorded() -> tuple[TaskSubmitted, list[Event]]:
         """The run's events and its subagents' (theirs are replayed too)."""
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            root = await resolve_run(log, run_id)
             events: list[Event] = []
-            runs, seen = [run_id], set()
+            runs, seen = [root], set()
             while runs:
                 current = runs.pop()
                 if current in seen:
@@ -311,17 +315,18 @@ def rerun(
                 found = [s.event for s in await read_run(log, current) if s.event is not None]
                 runs += [e.child_run_id for e in found if isinstance(e, SubagentSpawned)]
                 events += found
-        tasks = [e for e in events if isinstance(e, TaskSubmitted) and e.run_id == run_id]
+        tasks = [e for e in events if isinstance(e, TaskSubmitted) and e.run_id == root]
         if not tasks:
             err.print(f"[red]no run {run_id!r}[/]")
             raise typer.Exit(1)
         return tasks[0], events
 
     original, events = run_async(recorded())
-    provider = ReplayProvider.from_events(events, root=run_id)
+    provider = ReplayProvider.from_events(events, root=original.run_id or run_id)
     task = new_task(original.text, original.agent, None, workspace=ws, session_id=new_event_id())
     console.print(
-        f"[dim]re-running {run_id} as {task.run_id} with {len(provider.turns)} recorded turns[/]"
+        f"[dim]re-running {original.run_id} as {task.run_id} with {len(provider.turns)} "
+        "recorded turns[/]"
     )
     raise typer.Exit(
         run_async(
@@ -344,10 +349,11 @@ def cancel(
             session = state.task.session_id if state.task else None
             await log.append(
                 RunCancelled(
-                    run_id=run_id, reason=reason, by=settings.user, source="cli", session_id=session
+                    run_id=state.run_id, reason=reason, by=settings.user, source="cli",
+                    session_id=session,
                 )
-            )
-        console.print(f"[yellow]cancelled[/] run {run_id}")
+            )  # fmt: skip
+        console.print(f"[yellow]cancelled[/] run {state.run_id}")
 
     run_async(main())
 
@@ -375,8 +381,10 @@ def say(
             mode: Literal["steer", "follow_up"] = "steer" if steer else "follow_up"
             session = state.task.session_id if state.task else None
             await log.append(
-                MessageQueued(mode=mode, text=text, run_id=run_id, source="cli", session_id=session)
+                MessageQueued(
+                    mode=mode, text=text, run_id=state.run_id, source="cli", session_id=session
+                )
             )
-        console.print(f"queued {'steer' if steer else 'follow-up'} message for run {run_id}")
+        console.print(f"queued {'steer' if steer else 'follow-up'} message for run {state.run_id}")
 
     run_async(main())

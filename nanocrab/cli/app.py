@@ -30,7 +30,9 @@ from nanocrab.cli.common import (
     setup,
 )
 from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
+from nanocrab.cli.ids import resolve_run
 from nanocrab.cli.observers import server_info
+from nanocrab.cli.patterns import type_pattern_error
 from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
 from nanocrab.cli.status import gather_status
 from nanocrab.cli.wiring import build_reactors
@@ -133,12 +135,16 @@ def tail(
     if run_id and type_:
         err.print("[red]use --run or --type, not both[/] (a NATS filter has one subject)")
         raise typer.Exit(2)
+    unknown = type_pattern_error(type_) if type_ else None
+    if unknown:
+        err.print(f"[red]--type:[/] {escape(unknown)}")
+        raise typer.Exit(2)
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             try:
                 subject = (
-                    log.subjects.run(run_id)
+                    log.subjects.run(await resolve_run(log, run_id, missing_ok=True))
                     if run_id
                     else log.subjects.of_type(type_)
                     if type_
@@ -160,14 +166,15 @@ def replay(run_id: str, json_: JsonOpt = False) -> None:
     """Show every event of a run from the log, with timings and causes."""
     settings = settings_or_exit()
 
-    async def main() -> list[Stored]:
+    async def main() -> tuple[str, list[Stored]]:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            return await read_run(log, run_id)
+            resolved = await resolve_run(log, run_id)
+            return resolved, await read_run(log, resolved)
 
-    events = run_async(main())
+    resolved, events = run_async(main())
     if not events:
         err.print(
-            f"[red]no events for run {run_id!r}[/]; "
+            f"[red]no events for run {resolved!r}[/]; "
             "list runs with `nanocrab tail --all --type run.started`"
         )
         raise typer.Exit(1)
@@ -175,7 +182,7 @@ def replay(run_id: str, json_: JsonOpt = False) -> None:
         for s in events:
             print_json(console, stored_json(s))
     else:
-        console.print(timeline_table(run_id, events))
+        console.print(timeline_table(resolved, events))
 
 
 @projections_app.command("rebuild")

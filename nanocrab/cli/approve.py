@@ -18,9 +18,10 @@ from rich.prompt import Prompt
 from nanocrab.bus import EventLog, read_run
 from nanocrab.cli.common import app, console, err, run_async, settings_or_exit, setup
 from nanocrab.cli.host import bus_session, engine_for
+from nanocrab.cli.ids import IdError, resolve_id
 from nanocrab.cli.settings import Settings
 from nanocrab.events import ApprovalDenied, ApprovalGranted, ApprovalRequested, utcnow
-from nanocrab.projections import approval_row, catch_up_projection
+from nanocrab.projections import approval_row, catch_up_projection, pending_approvals
 from nanocrab.security import KeyRing, sign
 
 Answer = ApprovalGranted | ApprovalDenied
@@ -102,6 +103,13 @@ async def _find(log: EventLog, settings: Settings, approval_id: str) -> Approval
     try:
         await catch_up_projection(log, engine, "audit")
         row = await approval_row(engine, approval_id)
+        if row is None:  # not a whole id or a unique prefix: a unique suffix of a pending one
+            pending = [a.approval_id for a in await pending_approvals(engine)]
+            try:
+                row = await approval_row(engine, resolve_id(approval_id, pending, what="approval"))
+            except IdError as exc:
+                err.print(f"[red]{exc}[/]; list the pending ones with `nanocrab approvals`")
+                raise typer.Exit(1) from exc
     finally:
         await engine.dispose()
     if row is None:
@@ -150,7 +158,9 @@ async def _answer(approval_id: str, *, grant: bool, session: bool, reason: str) 
 
 @app.command()
 def approve(
-    approval_id: Annotated[str, typer.Argument(help="The approval id (a unique prefix works).")],
+    approval_id: Annotated[
+        str, typer.Argument(help="The approval id (a unique prefix or suffix works).")
+    ],
     session: Annotated[
         bool, typer.Option("--session", help="Also allow this rule's calls for the session.")
     ] = False,
@@ -162,7 +172,9 @@ def approve(
 
 @app.command()
 def deny(
-    approval_id: Annotated[str, typer.Argument(help="The approval id (a unique prefix works).")],
+    approval_id: Annotated[
+        str, typer.Argument(help="The approval id (a unique prefix or suffix works).")
+    ],
     reason: Annotated[str, typer.Option("--reason", help="Why (recorded in the audit).")] = "",
 ) -> None:
     """Deny one pending call; the agent is told it was refused and why."""

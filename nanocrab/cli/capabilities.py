@@ -324,7 +324,7 @@ def refusal(row: CapabilityRow) -> str | None:
         return None
     reason = f" ({row.status_reason})" if row.status_reason else ""
     if row.status == "disabled":
-        hint = f"`nanocrab capabilities enable {row.name}` allows it again"
+        hint = f"`nanocrab capabilities enable {row.name}` allows it"
     else:
         hint = f'generate it again with `nanocrab capabilities generate "..." --name {row.name}`'
     return f"{row.name} is {row.status}{reason}: not invoked; {hint}"

@@ -29,7 +29,13 @@ from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
 from nanocrab.cli.render import print_json, stored_json
 from nanocrab.cli.settings import Settings
 from nanocrab.cli.wiring import build_capgen
-from nanocrab.events import CapabilityRegistered, CapabilityRequested, CapabilityTested, Event
+from nanocrab.events import (
+    CapabilityEnabled,
+    CapabilityRegistered,
+    CapabilityRequested,
+    CapabilityTested,
+    Event,
+)
 from nanocrab.projections import CapabilitiesProjection
 
 
@@ -42,12 +48,21 @@ def generate(
         int, typer.Option(min=1, max=10, help="Generation attempts before giving up.")
     ] = 3,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the outcome.")] = 600.0,
+    enable: Annotated[
+        bool,
+        typer.Option(
+            "--enable",
+            help="Enable the registered version at once (default: it waits, disabled, for "
+            "`nanocrab capabilities enable NAME`).",
+        ),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Have the model write a capability, scan it, test it in the sandbox and register it.
 
     Shows every attempt live: the code generated, the scanner's findings, each test's result,
-    and finally the registered version, its content hash and safety level. Exits 1 when no
+    and finally the registered version, its content hash and safety level. A capability new to
+    the registry stays disabled until you enable it (or pass --enable). Exits 1 when no
     attempt passed. Uses Claude when ANTHROPIC_API_KEY is set, else the offline model (which
     knows how to write a word counter)."""
     if not guidance.strip():
@@ -64,12 +79,12 @@ def generate(
     request = CapabilityRequested(
         name=name, guidance=guidance, max_attempts=attempts, requested_by=settings.user
     )
-    code = run_async(_generate(settings, request, timeout, json_))
+    code = run_async(_generate(settings, request, timeout, json_, enable=enable))
     raise typer.Exit(code)
 
 
 async def _generate(
-    settings: Settings, request: CapabilityRequested, wait_s: float, json_: bool
+    settings: Settings, request: CapabilityRequested, wait_s: float, json_: bool, *, enable: bool
 ) -> int:
     async with bus_connector(settings.bus(), sync=settings.sync) as bus:
         log, engine = bus.log, engine_for(settings.db_url)
@@ -82,14 +97,16 @@ async def _generate(
             )  # fmt: skip
             await host.start()
         try:
-            return await _follow(log, request, wait_s, json_)
+            return await _follow(log, request, wait_s, json_, enable=enable)
         finally:
             if host is not None:
                 await host.stop()
             await engine.dispose()
 
 
-async def _follow(log: EventLog, request: CapabilityRequested, wait_s: float, json_: bool) -> int:
+async def _follow(
+    log: EventLog, request: CapabilityRequested, wait_s: float, json_: bool, *, enable: bool
+) -> int:
     appended = await log.append(request)
     if not json_:
         console.print(f"[dim]asked for a capability ({appended.event_id}); generating…[/]")
@@ -123,7 +140,18 @@ async def _follow(log: EventLog, request: CapabilityRequested, wait_s: float, js
         )
         return 1
     if isinstance(outcome, CapabilityRegistered):
+        if enable:  # the user's decision, published as the user (like `capabilities enable`)
+            await log.append(
+                CapabilityEnabled(name=outcome.name, version=outcome.version, source="cli")
+            )
         if not json_:
+            console.print(
+                f"[green]enabled[/] {outcome.name} {outcome.version}"
+                if enable
+                else f"a capability new to the registry stays disabled until you allow it: "
+                f"nanocrab capabilities enable {outcome.name}",
+                highlight=False,
+            )
             console.print(
                 f"try it: nanocrab capabilities invoke {outcome.name} "
                 f"--args '{example_args(outcome.parameters)}'"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TextIO, TypeVar
 
 import typer
 from rich.console import Console
@@ -36,8 +38,21 @@ capabilities_app = typer.Typer(
 )
 app.add_typer(capabilities_app, name="capabilities")
 
-console = Console()
-err = Console(stderr=True)
+UNWRAPPED_WIDTH = 1000
+"""Columns for output that is not a terminal: wide enough that rows are never squeezed."""
+
+
+def make_console(*, stderr: bool = False, file: TextIO | None = None) -> Console:
+    """A console as wide as the terminal; when the output is a file or a pipe (rich would assume
+    80 columns and squeeze every table), :data:`UNWRAPPED_WIDTH` so tables and lines keep the
+    width of their content. ``COLUMNS`` in the environment wins either way."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    wide = not stream.isatty() and not os.environ.get("COLUMNS")
+    return Console(stderr=stderr, file=file, width=UNWRAPPED_WIDTH if wide else None)
+
+
+console = make_console()
+err = make_console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per line, for machines.")]
 

@@ -2,13 +2,15 @@
 
 A projection's entry is its checkpoint (``position``), how many matching events it has not
 applied (``behind``, counted by the server from the checkpoint on, so a projector that stopped
-shows its lag), and the error it is stuck on (``error``, ``attempts``), if any.
+shows its lag), and the error it is stuck on (``error``, ``attempts``), if any. ``problems`` lists
+what needs an operator (a full log refuses every new event: bus/failures.py calls it permanent).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from nats.js.api import DiscardPolicy, StreamInfo
 from sqlalchemy import func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -17,13 +19,21 @@ from nanocrab.projections import Projector, all_projections, dead_letters, failu
 
 
 async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
-    out: dict[str, Any] = {"streams": [], "consumers": [], "projections": []}
+    out: dict[str, Any] = {"streams": [], "consumers": [], "projections": [], "problems": []}
     for name in (log.cfg.log_stream, log.cfg.ephemeral_stream):
         info = await log.js.stream_info(name)
+        full = stream_full(info, log.cfg.max_event_bytes)
         out["streams"].append({
             "name": name, "messages": info.state.messages, "bytes": info.state.bytes,
             "first_seq": info.state.first_seq, "last_seq": info.state.last_seq,
+            "max_bytes": info.config.max_bytes, "full": full,
         })  # fmt: skip
+        if full and info.config.discard == DiscardPolicy.NEW:
+            out["problems"].append(
+                f"stream {name} is full ({info.state.bytes} of {info.config.max_bytes} bytes, "
+                f"{info.state.messages} messages): new events are refused; raise its limit "
+                "(log_max_bytes) or remove old data"
+            )
     for c in await log.js.consumers_info(log.cfg.log_stream):
         if not c.config.durable_name:
             continue  # replay and tail use ephemeral consumers: not handlers
@@ -59,6 +69,15 @@ async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
                 "attempts": failure["attempts"] if failure else 0,
             })  # fmt: skip
     return out
+
+
+def stream_full(info: StreamInfo, event_bytes: int) -> bool:
+    """Whether the stream may refuse the next event: within ``event_bytes`` of its byte limit,
+    or at its message limit (a ``-1``/``0`` limit is none)."""
+    limit_bytes, limit_msgs = info.config.max_bytes or -1, info.config.max_msgs or -1
+    return (0 < limit_bytes <= info.state.bytes + event_bytes) or (
+        0 < limit_msgs <= info.state.messages
+    )
 
 
 async def _failures(engine: AsyncEngine) -> dict[str, dict[str, Any]]:

@@ -30,7 +30,7 @@ from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.events import ContextCompacted, Event, LlmDelta, LlmFailed, LlmRequested, LlmResponded
 from nanocrab.handlers import conversation
 from nanocrab.handlers.prompt import system_prompt
-from nanocrab.handlers.runloader import RunLoader
+from nanocrab.handlers.runloader import CAPACITY, RunLoader
 from nanocrab.handlers.runstate import RunState
 from nanocrab.handlers.workspace import workspace_of
 from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
@@ -137,7 +137,7 @@ class LlmHandler:
         if cached is None:
             cached = await self.history(task.session_id, state.run_id, state.task_seq)
             self._histories[state.run_id] = cached
-            while len(self._histories) > 1024:
+            while len(self._histories) > CAPACITY:  # runs in flight; older ones re-fetch
                 self._histories.pop(next(iter(self._histories)))
         return cached
 

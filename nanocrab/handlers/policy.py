@@ -16,28 +16,28 @@ expiry or after the run ended never produce a grant. No answer by ``expires_at``
 ``approval.expired`` + ``grant.denied``. When a run ends, its grants are revoked and its open
 approvals expire.
 
-Memory (session approvals, open approvals' deadlines) is rebuilt from the log at start-up.
+Memory (session approvals, open approvals' deadlines) is replayed from the log at start-up and
+then follows the log, so an approval requested while this process was down still expires.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import msgspec
-from nats.aio.msg import Msg
 
 from nanocrab.agents import enabled_tools
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
-from nanocrab.bus.replay import read
+from nanocrab.bus.replay import Window, read
 from nanocrab.bus.runtime import append_reaction
 from nanocrab.events import (
     ApprovalDenied,
@@ -45,7 +45,6 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     Event,
-    EventDecodeError,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
@@ -70,6 +69,8 @@ SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
 PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
 CAPABILITY_TOOL = "capability"
 _TIERS = ("safe", "guarded", "unsafe", "deny")
+SESSION_CAPACITY = 4096
+"""Session approvals kept in memory (most recently given first to stay)."""
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
 
 
@@ -128,7 +129,7 @@ class PolicyHandler:
         self.loader = RunLoader(log)
         self.grant_ttl = timedelta(seconds=policy.grant_ttl)
         self.approval_ttl = timedelta(seconds=policy.approval.timeout)
-        self.sessions: dict[SessionKey, str] = {}  # → the approval id that covers them
+        self.sessions: OrderedDict[SessionKey, str] = OrderedDict()  # → the covering approval
         self.open: dict[str, _Open] = {}  # approval id → waiting request
         self.recovered = asyncio.Event()
 
@@ -377,7 +378,7 @@ class PolicyHandler:
         )
         if session and state.task is not None and state.task.session_id:
             key = (state.task.tenant, state.task.session_id, request.rule or "", request.tool)
-            self.sessions[key] = request.approval_id
+            self._remember(key, request.approval_id)
         return self._sign(state, grant)
 
     # -- run ends, expiry, recovery ----------------------------------------------------------
@@ -422,39 +423,48 @@ class PolicyHandler:
             and verify(event, {self.keypair.public_key.decode()}) is None
         ):
             key = (event.tenant, event.session_id, event.rule or "", event.tool)
-            self.sessions[key] = event.approval_id or ""
+            self._remember(key, event.approval_id or "")
 
-    async def recover(self) -> None:
-        """Rebuild session approvals and open approvals' deadlines from the log."""
-        try:
-            for pattern in ("approval", "grant"):
-                async for stored in read(self.log, self.log.subjects.of_type(pattern)):
-                    if stored.event is not None:
-                        self.note(stored.event)
-        finally:
-            self.recovered.set()
+    def _remember(self, key: SessionKey, approval_id: str) -> None:
+        """Note a "for the session" approval, keeping the ``SESSION_CAPACITY`` most recent: a
+        session older than those is asked again (stricter, never looser)."""
+        self.sessions[key] = approval_id
+        self.sessions.move_to_end(key)
+        while len(self.sessions) > SESSION_CAPACITY:
+            self.sessions.popitem(last=False)
 
     async def background(self) -> None:
-        """Recover, then follow this handler's own decisions and expire unanswered approvals."""
-        await self.recover()
-        subs = [
-            await self.log.nc.subscribe(self.log.subjects.of_type(p), cb=self._on_decision)
-            for p in ("approval", "grant")
-        ]
-        try:
+        """Replay this handler's decisions (``approval.*``, ``grant.*``) from the log, then
+        follow the log from where the replay ended, expiring unanswered approvals meanwhile.
+
+        Memory comes from the log alone, so nothing decided while this loop was down (crashed,
+        restarted by the host, or the process stopped) is missed. Until the replay is done,
+        ``handle`` waits. A failing follower ends the loop with its error (the host's supervisor
+        restarts it, replaying again: :meth:`note` is idempotent)."""
+        patterns = ("approval", "grant")
+        ready = [asyncio.Event() for _ in patterns]
+        async with asyncio.TaskGroup() as group:
+            for pattern, done in zip(patterns, ready, strict=True):
+                group.create_task(self._follow(self.log.subjects.of_type(pattern), done))
+            for done in ready:
+                await done.wait()
+            self.recovered.set()
             while True:
                 await asyncio.sleep(self.watch_interval_s)
                 await self._expire_due()
-        finally:
-            for sub in subs:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
 
-    async def _on_decision(self, msg: Msg) -> None:
-        try:
-            self.note(self.log.decode(msg.data, subject=msg.subject))
-        except EventDecodeError:
-            return  # a bad or misplaced message is the runtimes' to dead-letter
+    async def _follow(self, subject_filter: str, caught_up: asyncio.Event) -> None:
+        """Note every stored event matching ``subject_filter``: the history up to the end of the
+        log (then ``caught_up`` is set), and then each new one as it is stored."""
+        last = 0
+        async for stored in read(self.log, subject_filter):
+            last = stored.seq
+            if stored.event is not None:
+                self.note(stored.event)
+        caught_up.set()
+        async for stored in read(self.log, subject_filter, Window(start_seq=last + 1), follow=True):
+            if stored.event is not None:
+                self.note(stored.event)
 
     async def _expire_due(self, now: datetime | None = None) -> None:
         now = now or utcnow()

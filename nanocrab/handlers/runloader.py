@@ -27,8 +27,16 @@ from nanocrab.handlers.runstate import Rejected, RunState, Trust
 _MAX_ULID_MILLIS = (1 << 48) - 1
 
 
+CAPACITY = 256
+"""Run states a loader keeps (least recently used first out). A cache, not memory: an evicted
+run is folded again from the log when next needed, so the bound costs reads, never correctness;
+it keeps a long-lived process's memory flat (bench/soak.py)."""
+
+
 class RunLoader:
-    def __init__(self, log: EventLog, *, capacity: int = 4096, trust: Trust | None = None) -> None:
+    def __init__(
+        self, log: EventLog, *, capacity: int = CAPACITY, trust: Trust | None = None
+    ) -> None:
         self.log = log
         self.trust = trust
         self.reader = DirectReader(log.nc, log.cfg.log_stream)

@@ -1,8 +1,10 @@
 """The capability registry: what is registered, which version is current, how it performs.
 
-Built from ``capability.*``: ``registered`` makes a version current (and revives a removed
-capability; a disabled one stays disabled until someone enables it), ``enabled`` / ``disabled``
-/ ``removed`` change what may be invoked, ``invoked`` adds a row to the invocation statistics.
+Built from ``capability.*``: ``registered`` makes a version current. A capability registered
+for the first time (or again after its removal) is *disabled* until someone enables it (the user
+decides, seed 001: ``nanocrab capabilities enable NAME``, or ``generate --enable``); a newer
+version of a registered one keeps the status the user gave it. ``enabled`` / ``disabled`` /
+``removed`` change what may be invoked, ``invoked`` adds a row to the invocation statistics.
 Generation attempts that were never registered leave no trace here (they are in the log).
 Each event is applied once by id (``capabilities_applied_events``), so the log may hold a second
 copy of one.
@@ -133,6 +135,10 @@ _KINDS = (
 """What changes the registry (the rest of ``capability.*`` is generation history)."""
 
 
+AWAITING = "new: not enabled yet"
+"""The status reason of a capability nobody has enabled since it was registered."""
+
+
 async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) -> None:
     exists = await conn.scalar(
         select(func.count())
@@ -161,11 +167,13 @@ async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) ->
     ).first()
     if row is None:
         await conn.execute(
-            capabilities.insert().values(name=e.name, enabled=True, status_reason="", **values)
+            capabilities.insert().values(
+                name=e.name, enabled=False, status_reason=AWAITING, **values
+            )
         )
         return
-    if row.removed:  # generated again after a removal: back, and enabled
-        values.update(enabled=True, status_reason="")
+    if row.removed:  # generated again after a removal: back, and waiting for the user again
+        values.update(enabled=False, status_reason=AWAITING)
     await conn.execute(update(capabilities).where(capabilities.c.name == e.name).values(**values))
 
 

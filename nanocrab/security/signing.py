@@ -63,7 +63,7 @@ def signed_by(trusted: Collection[str]) -> Callable[[Event], bool]:
     return lambda event: verify(event, keys) is None
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)  # grants in flight; each entry holds the signed bytes
 def _verified(signer: str, signature: str, payload: bytes) -> bool:
     """Raises unless ``signature`` by ``signer`` holds over ``payload``. Several handlers verify
     the same grant (the executor, the orchestrator's fold); the cache is keyed by the exact

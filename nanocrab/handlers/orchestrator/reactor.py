@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 import nats.errors
 
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
+from nanocrab.bus.replay import read
 from nanocrab.bus.runtime import append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
@@ -32,6 +34,7 @@ from nanocrab.events import (
     Event,
     LlmRequested,
     ReplySent,
+    RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
@@ -80,6 +83,8 @@ class Orchestrator:
         self.log = log_
         self.loader = RunLoader(log_, trust=trust)
         self.watchdog_interval_s = watchdog_interval_s
+        self.deadlines: dict[str, datetime] = {}
+        """Open runs (started, not ended) → when they time out: one entry per open run."""
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
         if isinstance(event, BusMalformed | BusDeadLettered):
@@ -89,7 +94,13 @@ class Orchestrator:
                 raise TaskRejected("a task.submitted needs a runid (a new ULID) to start a run")
             return []
         if event.source == self.name and isinstance(event, QUIET_OWN_EVENTS):
-            return []  # its own decision: the state it leads to waits on someone else
+            # its own decision: the state it leads to waits on someone else
+            if isinstance(event, RunStarted):
+                self._watch(await self.loader.state(event.run_id))
+            elif isinstance(event, RunCompleted | RunFailed):
+                self.deadlines.pop(event.run_id, None)
+                self.loader.forget(event.run_id)
+            return []
         state, reaction = await self._decide(event.run_id)
         if isinstance(event, TaskSubmitted) and state.status == "new" and reaction.events:
             await self._start(event, reaction)
@@ -139,24 +150,55 @@ class Orchestrator:
     async def _decide(self, run_id: str) -> tuple[RunState, Reaction]:
         """The decision on the run as the log has it now, guarded by the run's last sequence."""
         state = await self.loader.state(run_id)
+        self._watch(state)
         decision = decide(state, utcnow())
         if state.terminal and not decision:
             self.loader.forget(run_id)
         return state, Reaction(decision, expect=Expect(state.seq, self.loader.scope(run_id)))
 
+    def _watch(self, state: RunState) -> None:
+        """Keep ``deadlines`` to the runs that are open: started, not ended."""
+        limit = None if state.terminal else deadline(state)
+        if limit is None:
+            self.deadlines.pop(state.run_id, None)
+        else:
+            self.deadlines[state.run_id] = limit
+
     async def background(self) -> None:
-        """Time-outs: nothing else wakes up a run whose tool or model never answers."""
+        """Time-outs: nothing else wakes up a run whose tool or model never answers.
+
+        Starts by finding the runs the log shows open (``run.started`` and no terminal event),
+        so a run left stuck by an earlier process is timed out too; then, every
+        ``watchdog_interval_s``, wakes each open run past its deadline. Re-entered after a
+        crash, it scans again."""
+        for run_id in await open_runs(self.log):
+            with contextlib.suppress(BusError):
+                self._watch(await self.loader.state(run_id))
         while True:
             await asyncio.sleep(self.watchdog_interval_s)
             now = utcnow()
-            for cached in self.loader.cached():
-                limit = deadline(cached)
-                if cached.terminal or limit is None or now <= limit or cached.task is None:
+            for run_id, limit in list(self.deadlines.items()):
+                if now <= limit:
                     continue
                 with contextlib.suppress(BusError):
-                    await self._wake(cached.run_id)
+                    await self._wake(run_id)
 
     async def _wake(self, run_id: str) -> None:
         state, reaction = await self._decide(run_id)
         if reaction.events and state.events:
             await append_reaction(self.log, self.name, state.events[-1], reaction)
+
+
+async def open_runs(log_: EventLog) -> list[str]:
+    """Runs the log shows started and not ended (no ``run.completed``/``failed``/``cancelled``),
+    in the order they started: one pass over the ``run.*`` events."""
+    started: dict[str, None] = {}
+    async for stored in read(log_, log_.subjects.of_type("run.*")):
+        event = stored.event
+        if event is None or event.run_id is None:
+            continue
+        if isinstance(event, RunStarted):
+            started[event.run_id] = None
+        elif isinstance(event, RunCompleted | RunFailed | RunCancelled):
+            started.pop(event.run_id, None)
+    return list(started)

@@ -87,6 +87,16 @@ def test_a_guarded_write_waits_for_nanocrab_approve(setup: tuple[Path, Path, Pat
     (row,) = [json.loads(line) for line in audit.stdout.splitlines() if line.strip()]
     assert row["status"] == "completed" and row["approval_result"] == "granted"
     assert row["approver"] and row["approval_required"] is True
+    # one run, one trace: the task's root span is written, and the person's approval (another
+    # process) joins that trace instead of starting one
+    spans = [json.loads(line) for line in (home / "traces.jsonl").read_text().splitlines()]
+    (root,) = [s for s in spans if s["name"] == "publish task.submitted"]
+    assert root["parent_id"] is None
+    trace_id = root["context"]["trace_id"]
+    (approval,) = [s for s in spans if s["name"] == "publish approval.granted"]
+    assert approval["context"]["trace_id"] == trace_id and approval["parent_id"]
+    handled = [s for s in spans if s["name"].endswith("approval.granted") and s is not approval]
+    assert handled and all(s["context"]["trace_id"] == trace_id for s in handled)
 
 
 def test_nanocrab_deny_refuses_the_call_and_the_agent_hears_why(

@@ -12,7 +12,7 @@ from nanocrab.bus.errors import (
     ServerStartError,
     TransientError,
 )
-from nanocrab.bus.log import Appended, EventLog, Expect, RawMessage
+from nanocrab.bus.log import Appended, EventLog, Expect, RawMessage, append_traced
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.replay import Stored, Window, read, read_run
 from nanocrab.bus.runtime import HandlerRuntime, RuntimeOptions, stamp
@@ -42,6 +42,7 @@ __all__ = [
     "Subjects",
     "TransientError",
     "Window",
+    "append_traced",
     "connect",
     "ensure_streams",
     "read",

@@ -20,13 +20,14 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+from opentelemetry import trace as otel
 
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.connection import ensure_streams, refusals_of
 from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError, PublishRefused
 from nanocrab.bus.placement import decode_stored
 from nanocrab.bus.subjects import Subjects
-from nanocrab.bus.tracing import current_traceparent, new_traceparent
+from nanocrab.bus.tracing import context_from, current_traceparent, new_traceparent
 from nanocrab.events import Codec, Event, EventDecodeError
 
 # JetStream error codes for a failed expected-sequence check.
@@ -357,3 +358,26 @@ def _rejected(event: Event, subject: str, ack: _PubAck) -> AppendRejected:
 
 
 __all__ = ["Appended", "EventDecodeError", "EventLog", "Expect", "RawMessage"]
+
+
+async def append_traced(log: EventLog, event: Event, *, parent: str | None = None) -> Appended:
+    """Append ``event`` from inside a producer span of its own, exported like a handler's.
+
+    With ``parent`` (the run's ``traceparent``) the span — and so the event — joins that trace:
+    a person's approval, message or cancellation belongs to the run's one trace, not a new one.
+    Without it the span is a new trace's root (a task being submitted), so the root span of a
+    run's trace is written, not only referenced.
+    """
+    tracer = otel.get_tracer("nanocrab.bus")
+    with tracer.start_as_current_span(
+        f"publish {event.type}",
+        context=context_from(parent),
+        kind=otel.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "nats",
+            "messaging.message.id": event.id,
+            "nanocrab.run_id": event.run_id or "",
+            "nanocrab.source": event.source,
+        },
+    ):
+        return await log.append(msgspec.structs.replace(event, trace=None))

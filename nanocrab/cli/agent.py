@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import typer
 
 from nanocrab import demo as demo_project
-from nanocrab.bus import EventLog, Stored, read, read_run
+from nanocrab.bus import EventLog, Stored, append_traced, read, read_run
 from nanocrab.cli.approve import answer_for, interactive, prompt_for
 from nanocrab.cli.audit import print_run_audit
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit, setup
@@ -207,7 +207,7 @@ async def _follow(
                 outcome = s.event
                 return
 
-    await log.append(task)
+    await append_traced(log, task)  # the root span of the run's trace
     try:
         await asyncio.wait_for(watch(), wait_s)
         if sessions is not None and task.session_id:
@@ -251,7 +251,7 @@ async def _on_approval(
         answer = answer_for(request, settings, grant=True)
     else:
         answer = await prompt_for(request, settings)
-    await log.append(answer)
+    await append_traced(log, answer, parent=request.trace)
 
 
 async def _follow_session(log: EventLog, session_id: str, sessions: SessionFile) -> None:
@@ -347,11 +347,13 @@ def cancel(
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             state = await _live_run(log, run_id)
             session = state.task.session_id if state.task else None
-            await log.append(
+            await append_traced(
+                log,
                 RunCancelled(
                     run_id=state.run_id, reason=reason, by=settings.user, source="cli",
                     session_id=session,
-                )
+                ),
+                parent=state.task.trace if state.task else None,
             )  # fmt: skip
         console.print(f"[yellow]cancelled[/] run {state.run_id}")
 
@@ -380,10 +382,12 @@ def say(
             state = await _live_run(log, run_id)
             mode: Literal["steer", "follow_up"] = "steer" if steer else "follow_up"
             session = state.task.session_id if state.task else None
-            await log.append(
+            await append_traced(
+                log,
                 MessageQueued(
                     mode=mode, text=text, run_id=state.run_id, source="cli", session_id=session
-                )
+                ),
+                parent=state.task.trace if state.task else None,
             )
         console.print(f"queued {'steer' if steer else 'follow-up'} message for run {state.run_id}")
 

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from rich.table import Table
 from sqlalchemy.exc import OperationalError
 
-from nanocrab.bus import Stored, Window, read, read_run
+from nanocrab.bus import Stored, Window, append_traced, read, read_run
 from nanocrab.cli.agent import check_text, new_task
 from nanocrab.cli.common import (
     JsonOpt,
@@ -95,7 +95,7 @@ def publish(
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             event = new_task(text, agent, run_id)
-            appended = await log.append(event)
+            appended = await append_traced(log, event)  # the root span of the run's trace
         if json_:
             print_json(
                 console,

@@ -15,7 +15,7 @@ from typing import Annotated, Literal, TypedDict
 import typer
 from rich.prompt import Prompt
 
-from nanocrab.bus import EventLog, read_run
+from nanocrab.bus import EventLog, append_traced, read_run
 from nanocrab.cli.common import app, console, err, run_async, settings_or_exit, setup
 from nanocrab.cli.host import bus_session, engine_for
 from nanocrab.cli.ids import IdError, resolve_id
@@ -147,7 +147,7 @@ async def _answer(approval_id: str, *, grant: bool, session: bool, reason: str) 
             remember="session" if session else "once",
             reason=reason,
         )
-        await log.append(answer)
+        await append_traced(log, answer, parent=request.trace)  # joins the run's trace
     verb = "approved" if grant else "denied"
     scope = " for the rest of the session" if session else ""
     console.print(

@@ -489,6 +489,9 @@ async def test_happy_path_guarded_write_is_audited_with_its_approver(rig: Rig) -
     row = await rig.audit(call, lambda r: r.status == "completed")
     assert row.approval_required and row.approval_result == "granted"
     assert row.approver and row.start_at and row.end_at and row.tier == "guarded"
+    written = str(rig.workspace / "ok.txt")
+    assert [c["resource"] for c in row.requested_capabilities] == [written]
+    assert row.granted_capabilities == row.requested_capabilities
     await rig.log.append(RunCompleted(reply="done", run_id=run, source="orchestrator"))
     await rig.wait(run, GrantRevoked)
     await rig.audit(call, lambda r: r.revoked)

@@ -441,6 +441,7 @@ class PolicyHandler:
         restarted by the host, or the process stopped) is missed. Until the replay is done,
         ``handle`` waits. A failing follower ends the loop with its error (the host's supervisor
         restarts it, replaying again: :meth:`note` is idempotent)."""
+        self.recovered.clear()  # after a crash: decide again only on memory replayed anew
         patterns = ("approval", "grant")
         ready = [asyncio.Event() for _ in patterns]
         async with asyncio.TaskGroup() as group:

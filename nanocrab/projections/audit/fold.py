@@ -156,6 +156,8 @@ class _Fold:
                 # signatures; the executor does, and says so)
                 c.grant_event_id = e.id
                 c.granted_capabilities = _caps(e.capabilities)
+                if not c.requested_capabilities:  # what the policy found the call needs
+                    c.requested_capabilities = _caps(e.capabilities)
                 c.tier, c.rule = e.tier, e.rule or c.rule
                 c.remembered = c.remembered or e.remembered
                 self.link_grant(c, e.grant_id)
@@ -210,6 +212,8 @@ class _Fold:
                 a.requested_at, a.expires_at = e.time, e.expires_at
                 c = self.call(e.call_id, e)
                 c.tier, c.rule = c.tier or e.tier, c.rule or e.rule
+                if not c.requested_capabilities:  # what the person is asked to allow
+                    c.requested_capabilities = _caps(e.capabilities)
                 if c.arguments is None:
                     c.arguments = _cut(e.arguments)
                 self.link_approval(c, e.approval_id)

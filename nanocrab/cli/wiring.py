@@ -17,7 +17,7 @@ from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
-from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, AnthropicProvider, ScriptedProvider
+from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
 from nanocrab.llm.base import Message, Provider
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities, session_history
@@ -30,6 +30,8 @@ from nanocrab.tools.capability import CapabilityTool, EnabledCapability
 
 def make_provider(settings: Settings) -> Provider:
     if settings.provider == "anthropic":
+        from nanocrab.llm.anthropic import AnthropicProvider  # a second of imports: only here
+
         assert settings.anthropic_api_key is not None
         return AnthropicProvider(
             api_key=settings.anthropic_api_key.get_secret_value(),

@@ -9,13 +9,14 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nanocrab.llm.anthropic import DEFAULT_MODEL, AnthropicProvider
 from nanocrab.llm.base import (
+    DEFAULT_MODEL,
     DeltaSink,
     LlmConfigError,
     LlmError,
@@ -29,6 +30,9 @@ from nanocrab.llm.base import (
 from nanocrab.llm.pricing import Price, cost_usd, price_for
 from nanocrab.llm.replay import ReplayProvider
 from nanocrab.llm.scripted import Script, ScriptedProvider
+
+if TYPE_CHECKING:
+    from nanocrab.llm.anthropic import AnthropicProvider
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 CAPGEN_SCRIPT = SCRIPTS_DIR / "capgen.yaml"
@@ -79,8 +83,36 @@ def _scripted(
     return ScriptedProvider(scripts or [])
 
 
+class _Lazy:
+    """A factory imported on first use: the Anthropic SDK alone takes over a second to import,
+    and most commands (``--help``, the offline model, replay) never need it. Its signature is
+    the real factory's, so :func:`make_provider` still checks options against it."""
+
+    def __init__(self, module: str, attr: str) -> None:
+        self.module, self.attr = module, attr
+
+    def load(self) -> Callable[..., Provider]:
+        factory: Callable[..., Provider] = getattr(importlib.import_module(self.module), self.attr)
+        return factory
+
+    def __call__(self, **options: Any) -> Provider:
+        return self.load()(**options)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.load())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AnthropicProvider":
+        from nanocrab.llm.anthropic import AnthropicProvider
+
+        return AnthropicProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 PROVIDERS: dict[str, Callable[..., Provider]] = {
-    "anthropic": AnthropicProvider,
+    "anthropic": _Lazy("nanocrab.llm.anthropic", "AnthropicProvider"),
     "scripted": _scripted,
     "replay": ReplayProvider,
 }

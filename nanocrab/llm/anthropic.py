@@ -35,6 +35,7 @@ from nanocrab.llm.anthropic_errors import (
     classify_stream_error,
 )
 from nanocrab.llm.base import (
+    DEFAULT_MODEL,
     DeltaSink,
     LlmConfigError,
     LlmError,
@@ -44,7 +45,6 @@ from nanocrab.llm.base import (
 )
 from nanocrab.llm.pricing import cost_usd
 
-DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_MAX_TOKENS = 4096
 
 

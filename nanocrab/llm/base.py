@@ -19,6 +19,10 @@ DeltaSink = Callable[[str], Awaitable[None]]
 LlmErrorKind = Literal["overflow", "retryable", "fatal"]
 
 
+DEFAULT_MODEL = "claude-sonnet-4-6"
+"""The Claude model the ``anthropic`` provider uses unless told otherwise."""
+
+
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["user", "assistant"]
     content: list[ContentBlock | ToolResultBlock]

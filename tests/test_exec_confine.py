@@ -388,6 +388,12 @@ def _as_nobody(workspace: Path, command: str, limits: Limits, timeout_s: float =
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             os.close(read)
+            # the checkout may sit where uid 65534 cannot read it (a 0700 temporary directory):
+            # the spawner runs from a world-readable copy of its one file
+            readable = Path(tempfile.mkdtemp(prefix="nanocrab-zygote-"))
+            readable.chmod(0o755)
+            spawner._ZYGOTE = Path(shutil.copy(spawner._ZYGOTE, readable / "zygote.py"))
+            spawner._ZYGOTE.chmod(0o644)
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)

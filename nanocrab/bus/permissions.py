@@ -87,40 +87,32 @@ WHY: Final[Mapping[str, str]] = {
     APPROVER: "approval front ends (`nanocrab approve/deny`, the prompt in `nanocrab run`)",
 }
 
-READ_API: Final = (
+_READ_STREAMS: Final = (
     "$JS.API.INFO",
     "$JS.API.STREAM.NAMES",
     "$JS.API.STREAM.LIST",
     "$JS.API.STREAM.INFO.*",
     "$JS.API.STREAM.MSG.GET.*",
     "$JS.API.DIRECT.GET.>",
-    "$JS.API.CONSUMER.CREATE.>",
     "$JS.API.CONSUMER.INFO.*.*",
-    "$JS.API.CONSUMER.DELETE.*.*",
-    "$JS.API.CONSUMER.MSG.NEXT.*.*",
     "$JS.API.CONSUMER.LIST.*",
     "$JS.API.CONSUMER.NAMES.*",
-    "$JS.ACK.>",
     "$JS.FC.>",
+)
+
+READ_API: Final = (
+    *_READ_STREAMS,
+    "$JS.API.CONSUMER.CREATE.>",
+    "$JS.API.CONSUMER.DELETE.*.*",
+    "$JS.API.CONSUMER.MSG.NEXT.*.*",
+    "$JS.ACK.>",
 )
 """The JetStream API every identity needs to read: ordered and durable pull consumers (create,
 info, delete, next, acks, flow control), stream info, direct and message gets. Stream create,
 update, delete, purge and message delete are absent: only ``admin`` has them."""
 
 
-OBSERVER_READ_API: Final = (
-    "$JS.API.INFO",
-    "$JS.API.STREAM.NAMES",
-    "$JS.API.STREAM.LIST",
-    "$JS.API.STREAM.INFO.*",
-    "$JS.API.STREAM.MSG.GET.*",
-    "$JS.API.DIRECT.GET.>",
-    "$JS.API.CONSUMER.CREATE.*",
-    "$JS.API.CONSUMER.INFO.*.*",
-    "$JS.API.CONSUMER.LIST.*",
-    "$JS.API.CONSUMER.NAMES.*",
-    "$JS.FC.>",
-)
+OBSERVER_READ_API: Final = (*_READ_STREAMS, "$JS.API.CONSUMER.CREATE.*")
 """The part of :data:`READ_API` every observer gets: stream info, gets, consumer info and
 server-named (unnamed ephemeral, e.g. ordered) consumers. The consumer rights that name a
 consumer are granted per observer by :func:`observer_allow`."""

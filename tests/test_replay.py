@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+from nats.js.api import ConsumerInfo
+
 from nanocrab.bus import EventLog, HandlerRuntime, Window, read, read_run
 from nanocrab.events import ReplySent, TaskSubmitted
 from nanocrab.handlers.echo import EchoReactor
+
+from .conftest import eventually
 
 
 async def test_replay_by_run_sequence_range_and_time(log: EventLog) -> None:
@@ -36,7 +40,13 @@ async def test_replay_never_touches_a_handler_consumer(log: EventLog) -> None:
     runtime = HandlerRuntime(log, EchoReactor())
     await runtime.ensure_consumer()
     await log.append(TaskSubmitted(text="pending for the handler", run_id="r"))
-    before = await log.js.consumer_info(log.cfg.log_stream, "echo")
+
+    async def pending_one() -> ConsumerInfo | None:
+        # the server counts a consumer's pending messages asynchronously: wait until it has
+        info = await log.js.consumer_info(log.cfg.log_stream, "echo")
+        return info if info.num_pending == 1 else None
+
+    before = await eventually(pending_one)
     replayed = await read_run(log, "r")
     assert len(replayed) == 1
     after = await log.js.consumer_info(log.cfg.log_stream, "echo")

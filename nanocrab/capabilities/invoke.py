@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jsonschema
-
 from nanocrab.events import CapabilityInvoked
 from nanocrab.sandbox import CallResult, Limits, Mount, Sandbox, call_function
 
@@ -24,6 +22,8 @@ LIMIT_HINTS = {
 
 def argument_errors(parameters: dict[str, Any], arguments: dict[str, Any]) -> list[str]:
     """Where ``arguments`` break the capability's JSON Schema, one line per problem."""
+    import jsonschema  # ~50 ms to import: only when arguments are checked
+
     validator_cls = jsonschema.validators.validator_for(parameters)
     validator = validator_cls(parameters)
     out = []

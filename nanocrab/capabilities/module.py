@@ -27,8 +27,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
@@ -149,6 +147,9 @@ class CapabilitySpec(BaseModel):
                 "booleans, None); {where} is not one",
                 {"where": where},
             )
+        from jsonschema import Draft202012Validator  # ~50 ms to import: only when checked
+        from jsonschema.exceptions import SchemaError
+
         try:
             Draft202012Validator.check_schema(value)
         except SchemaError as exc:

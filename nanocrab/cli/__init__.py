@@ -1,9 +1,16 @@
-"""The ``nanocrab`` command line (typer + rich)."""
+"""The ``nanocrab`` command line (typer + rich).
 
-from nanocrab.cli import agent as _agent  # noqa: F401  (registers the agent commands)
-from nanocrab.cli import app as _app  # noqa: F401  (registers the run, events … commands)
-from nanocrab.cli import approve as _approve  # noqa: F401
-from nanocrab.cli import audit as _audit  # noqa: F401
+Importing a command module registers its commands on :data:`app`, in this order, which is the
+order of ``nanocrab --help``. The command modules import only typer, rich's console and
+:mod:`nanocrab.cli.common`; each command imports what it uses when it runs, so ``--help`` and
+the commands that need no bus, database or policy stay fast (tests/test_cli_lazy.py)."""
+
+from nanocrab.cli import approve as _approve  # noqa: F401  (approve, deny)
+from nanocrab.cli import audit as _audit  # noqa: F401  (audit, approvals)
+
+# isort: split
+from nanocrab.cli import agent as _agent  # noqa: F401  (run, demo, rerun, cancel, say)
+from nanocrab.cli import app as _app  # noqa: F401  (up, publish … projections)
 from nanocrab.cli import capabilities as _capabilities  # noqa: F401
 from nanocrab.cli import security as _security  # noqa: F401
 from nanocrab.cli.common import app

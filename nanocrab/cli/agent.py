@@ -1,42 +1,20 @@
-"""Agent commands: ``run`` (publish a task and follow it live), ``demo``, ``cancel``, ``say``."""
+"""Agent commands: ``run`` (publish a task and follow it live), ``demo``, ``cancel``, ``say``.
+
+This module declares them; each imports what it uses when it runs (the bus, the handlers,
+:mod:`nanocrab.cli.follow`), so ``nanocrab --help`` stays fast."""
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from nanocrab import demo as demo_project
-from nanocrab.bus import EventLog, Stored, append_traced, read, read_run
-from nanocrab.cli.approve import answer_for, interactive, prompt_for
-from nanocrab.cli.audit import print_run_audit
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit, setup
-from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
-from nanocrab.cli.ids import resolve_run
-from nanocrab.cli.live import print_line, usage_table
-from nanocrab.cli.render import print_json, stored_json, timeline_table
-from nanocrab.cli.settings import Settings
-from nanocrab.cli.wiring import build_reactors
-from nanocrab.events import (
-    ApprovalRequested,
-    Event,
-    MessageQueued,
-    RunCancelled,
-    RunCompleted,
-    RunFailed,
-    SessionArchived,
-    SubagentSpawned,
-    TaskSubmitted,
-    new_event_id,
-)
-from nanocrab.handlers.runstate import RunState, fold
-from nanocrab.llm import ReplayProvider
-from nanocrab.llm.base import Provider
 
-ApprovalMode = Literal["prompt", "auto", "print"]
+if TYPE_CHECKING:
+    from nanocrab.events import Event, TaskSubmitted
 
 
 def check_text(text: str) -> None:
@@ -53,6 +31,8 @@ def new_task(
     workspace: Path | None = None,
     session_id: str | None = None,
 ) -> TaskSubmitted:
+    from nanocrab.events import TaskSubmitted, new_event_id
+
     rid = run_id or new_event_id()
     return TaskSubmitted(
         text=text,
@@ -77,6 +57,8 @@ class SessionFile:
         except FileNotFoundError:
             value = ""
         if not value:
+            from nanocrab.events import new_event_id
+
             value = new_event_id()
             self.set(value)
         return value
@@ -105,6 +87,8 @@ def run(
     Exits 1 if the run fails. Starts the agent runtime in this process when no `nanocrab up`
     serves the data directory. Uses Claude when ANTHROPIC_API_KEY is set, else the offline
     scripted model."""
+    from nanocrab.cli.follow import run_task
+
     check_text(text)
     settings = settings_or_exit()
     setup(settings, "nanocrab-run")
@@ -114,7 +98,7 @@ def run(
         raise typer.Exit(2)
     sessions = SessionFile(settings.home)
     task = new_task(text, agent, None, workspace=ws, session_id=sessions.current())
-    raise typer.Exit(run_async(_run_task(settings, task, ws, timeout, json_, sessions)))
+    raise typer.Exit(run_async(run_task(settings, task, ws, timeout, json_, sessions)))
 
 
 @app.command()
@@ -124,13 +108,18 @@ def demo(
     """The main job: an agent fixes a small broken project in a temporary workspace (reads
     files, edits one after an approval, runs the tests, answers), then the run's timeline,
     token usage and audit."""
+    from nanocrab import demo as demo_project
+    from nanocrab.cli.audit import print_run_audit
+    from nanocrab.cli.follow import run_task
+    from nanocrab.events import new_event_id
+
     settings = settings_or_exit()
     setup(settings, "nanocrab-demo")
     ws = demo_project.make_workspace(Path(tempfile.mkdtemp(prefix="nanocrab-demo-")))
     console.print(f"[dim]demo workspace: {ws} · model: {settings.provider}[/]")
     task = new_task(demo_project.TASK, "default", None, workspace=ws, session_id=new_event_id())
     code = run_async(
-        _run_task(settings, task, ws, 300.0, False, None, timeline=True, approvals="auto")
+        run_task(settings, task, ws, 300.0, False, None, timeline=True, approvals="auto")
     )
     print_run_audit(settings, task.run_id or "")
     console.print(f"[dim]workspace kept at {ws}[/]" if keep else "")
@@ -139,146 +128,6 @@ def demo(
 
         shutil.rmtree(ws, ignore_errors=True)
     raise typer.Exit(code)
-
-
-async def _run_task(
-    settings: Settings,
-    task: TaskSubmitted,
-    workspace: Path,
-    wait_s: float,
-    json_: bool,
-    sessions: SessionFile | None,
-    *,
-    timeline: bool = False,
-    provider: Provider | None = None,
-    approvals: ApprovalMode | None = None,
-) -> int:
-    async with bus_connector(settings.bus(), sync=settings.sync) as bus:
-        log, engine = bus.log, engine_for(settings.db_url)
-        host: Host | None = None
-        if provider is not None or (
-            not RuntimeMarker(settings.home).alive() and settings.nats_url is None
-        ):
-            logs = await bus.open_runtime()  # each handler and the projectors as themselves
-            reactors = build_reactors(
-                log, engine, settings, default_workspace=workspace, provider=provider, log_for=logs
-            )
-            host = Host(log, engine, reactors, log_for=logs)
-            await host.start()
-        try:
-            mode = approvals or ("prompt" if interactive() and not json_ else "print")
-            return await _follow(
-                log, task, wait_s, json_, sessions, timeline=timeline, approvals=mode,
-                settings=settings, approver=None if mode == "print" else await bus.open("approver"),
-            )  # fmt: skip
-        finally:
-            if host:
-                await host.stop()
-            await engine.dispose()
-
-
-async def _follow(
-    log: EventLog,
-    task: TaskSubmitted,
-    wait_s: float,
-    json_: bool,
-    sessions: SessionFile | None,
-    *,
-    timeline: bool,
-    approvals: ApprovalMode = "print",
-    settings: Settings | None = None,
-    approver: EventLog | None = None,
-) -> int:
-    assert task.run_id is not None
-    seen: list[Stored] = []
-    outcome: RunCompleted | RunFailed | RunCancelled | None = None
-
-    async def watch() -> None:
-        nonlocal outcome
-        async for s in read(log, log.subjects.run(task.run_id or ""), follow=True):
-            seen.append(s)
-            if json_:
-                print_json(console, stored_json(s))
-            else:
-                print_line(console, s)
-            if isinstance(s.event, ApprovalRequested) and settings is not None:
-                await _on_approval(approver or log, s.event, settings, approvals)
-            if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
-                outcome = s.event
-                return
-
-    await append_traced(log, task)  # the root span of the run's trace
-    try:
-        await asyncio.wait_for(watch(), wait_s)
-        if sessions is not None and task.session_id:
-            await _follow_session(log, task.session_id, sessions)
-    except TimeoutError:
-        err.print(
-            f"[bold red]run {task.run_id} did not finish within {wait_s:.0f}s[/]; it goes on in "
-            f"the background: `nanocrab replay {task.run_id}`, `nanocrab cancel {task.run_id}`"
-        )
-        return 1
-    if not json_:
-        if timeline:
-            console.print()
-            console.print(timeline_table(task.run_id, seen))
-        console.print(usage_table(seen))
-        if isinstance(outcome, RunCompleted):
-            console.print(f"\n[bold magenta]answer:[/] {outcome.reply}")
-    if isinstance(outcome, RunCompleted):
-        return 0
-    if isinstance(outcome, RunFailed):
-        err.print(f"[bold red]run failed ({outcome.kind}):[/] {outcome.reason}")
-    elif isinstance(outcome, RunCancelled):
-        err.print(f"[bold yellow]run cancelled[/] {outcome.reason}")
-    return 1
-
-
-async def _on_approval(
-    log: EventLog, request: ApprovalRequested, settings: Settings, mode: ApprovalMode
-) -> None:
-    """``prompt``: ask the person at the terminal; ``auto`` (the demo only): approve once as
-    this data directory's approver, saying so; ``print``: say how to answer from elsewhere."""
-    if mode == "print":
-        err.print(
-            f"[yellow]waiting for approval[/] of {request.tool} ({request.tier}): "
-            f"`nanocrab approve {request.approval_id}` or "
-            f"`nanocrab deny {request.approval_id} --reason ...`"
-        )
-        return
-    if mode == "auto":
-        console.print(f"[dim]  demo: approving {request.tool} once as {settings.user}[/]")
-        answer = answer_for(request, settings, grant=True)
-    else:
-        answer = await prompt_for(request, settings)
-    await append_traced(log, answer, parent=request.trace)
-
-
-async def _follow_session(log: EventLog, session_id: str, sessions: SessionFile) -> None:
-    """After ``/new``: move the CLI to the session the orchestrator opened."""
-    for s in await read_run_scope(log, log.subjects.session(session_id)):
-        if isinstance(s.event, SessionArchived) and s.event.next_session_id:
-            sessions.set(s.event.next_session_id)
-
-
-async def read_run_scope(log: EventLog, scope: str) -> list[Stored]:
-    return [s async for s in read(log, scope)]
-
-
-async def _live_run(log: EventLog, given: str) -> RunState:
-    """The state of the live run ``given`` names (a whole id or a unique prefix or suffix)."""
-    run_id = await resolve_run(log, given)
-    events = await read_run(log, run_id)
-    if not events:
-        err.print(
-            f"[red]no run {run_id!r}[/]; list runs with `nanocrab tail --all --type run.started`"
-        )
-        raise typer.Exit(1)
-    state = fold(run_id, [(s.seq, s.event) for s in events if s.event is not None])
-    if state.terminal:
-        err.print(f"[red]run {run_id} is already {state.status}[/]")
-        raise typer.Exit(1)
-    return state
 
 
 @app.command()
@@ -292,6 +141,13 @@ def rerun(
     The replay provider serves the old run's `llm.responded` events turn by turn, so the model
     is taken out of the comparison while orchestrator, policy and tools run for real (in
     --workspace: point it at a fresh copy). Needs the runtime to itself: stop `nanocrab up`."""
+    from nanocrab.bus import read_run
+    from nanocrab.cli.follow import run_task
+    from nanocrab.cli.host import RuntimeMarker, bus_session
+    from nanocrab.cli.ids import resolve_run
+    from nanocrab.events import SubagentSpawned, TaskSubmitted, new_event_id
+    from nanocrab.llm import ReplayProvider
+
     settings = settings_or_exit()
     setup(settings, "nanocrab-rerun")
     if RuntimeMarker(settings.home).alive() or settings.nats_url is not None:
@@ -330,7 +186,7 @@ def rerun(
     )
     raise typer.Exit(
         run_async(
-            _run_task(settings, task, ws, timeout, False, None, timeline=True, provider=provider)
+            run_task(settings, task, ws, timeout, False, None, timeline=True, provider=provider)
         )
     )
 
@@ -341,11 +197,16 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "cancelled by user",
 ) -> None:
     """Cancel a running run: its in-flight tool is aborted and nothing further is decided."""
+    from nanocrab.bus import append_traced
+    from nanocrab.cli.follow import live_run
+    from nanocrab.cli.host import bus_session
+    from nanocrab.events import RunCancelled
+
     settings = settings_or_exit()
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            state = await _live_run(log, run_id)
+            state = await live_run(log, run_id)
             session = state.task.session_id if state.task else None
             await append_traced(
                 log,
@@ -374,12 +235,17 @@ def say(
     ] = False,
 ) -> None:
     """Send a message to a live run."""
+    from nanocrab.bus import append_traced
+    from nanocrab.cli.follow import live_run
+    from nanocrab.cli.host import bus_session
+    from nanocrab.events import MessageQueued
+
     check_text(text)
     settings = settings_or_exit()
 
     async def main() -> None:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
-            state = await _live_run(log, run_id)
+            state = await live_run(log, run_id)
             mode: Literal["steer", "follow_up"] = "steer" if steer else "follow_up"
             session = state.task.session_id if state.task else None
             await append_traced(

@@ -1,24 +1,14 @@
 """Commands. Each one reads :class:`Settings`, wires what it needs, and says what to do next on
-failure."""
+failure. Each imports what it uses when it runs, so ``nanocrab --help`` stays fast."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import signal
 import sys
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-from rich.table import Table
-from sqlalchemy.exc import OperationalError
 
-from nanocrab.bus import Stored, Window, append_traced, read, read_run
-from nanocrab.cli.agent import check_text, new_task
 from nanocrab.cli.common import (
     JsonOpt,
     app,
@@ -29,20 +19,22 @@ from nanocrab.cli.common import (
     settings_or_exit,
     setup,
 )
-from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, bus_session, engine_for
-from nanocrab.cli.ids import resolve_run
-from nanocrab.cli.observers import server_info
-from nanocrab.cli.patterns import type_pattern_error
-from nanocrab.cli.render import event_line, print_json, stored_json, timeline_table
-from nanocrab.cli.status import gather_status
-from nanocrab.cli.wiring import build_reactors
-from nanocrab.projections import Projector, all_projections, list_dead_letters
+
+if TYPE_CHECKING:
+    from nanocrab.bus import Stored
 
 
 @app.command()
 def up() -> None:
     """Run the embedded server (or use NANOCRAB_NATS_URL), every handler and every projector
     until Ctrl-C."""
+    import asyncio
+    import signal
+    from pathlib import Path
+
+    from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
+    from nanocrab.cli.wiring import build_reactors
+
     settings = settings_or_exit()
     setup(settings, "nanocrab-up")
 
@@ -58,14 +50,15 @@ def up() -> None:
             reactors = build_reactors(
                 log, engine, settings, default_workspace=Path.cwd(), log_for=logs
             )
-            host = Host(log, engine, reactors, log_for=logs)
+            # projectors in a process of their own: they take nothing from the handlers' loop
+            host = Host(log, engine, reactors, log_for=logs, projectors_in="process")
             await host.start()
             marker.write()
             where = bus.server.url if bus.server else settings.nats_url
             console.print(f"[bold green]nanocrab up[/] on {where} · data in {settings.home}")
             console.print(
                 f"  handlers: {', '.join(r.durable for r in host.runtimes)} · projections: "
-                f"{', '.join(p.name for p in host.projectors)} · Ctrl-C to stop"
+                f"{', '.join(p.name for p in host.projections)} · Ctrl-C to stop"
             )
             try:
                 await stop.wait()
@@ -89,6 +82,11 @@ def publish(
     json_: JsonOpt = False,
 ) -> None:
     """Publish a task.submitted event and print its run id (handlers pick it up when running)."""
+    from nanocrab.bus import append_traced
+    from nanocrab.cli.agent import check_text, new_task
+    from nanocrab.cli.host import RuntimeMarker, bus_session
+    from nanocrab.cli.render import print_json
+
     check_text(text)
     settings = settings_or_exit()
 
@@ -131,6 +129,16 @@ def tail(
     json_: JsonOpt = False,
 ) -> None:
     """Follow events as they are appended (Ctrl-C to stop)."""
+    from datetime import UTC, datetime
+
+    from rich.markup import escape
+
+    from nanocrab.bus import Window, read
+    from nanocrab.cli.host import bus_session
+    from nanocrab.cli.ids import resolve_run
+    from nanocrab.cli.patterns import type_pattern_error
+    from nanocrab.cli.render import event_line, print_json, stored_json
+
     settings = settings_or_exit()
     if run_id and type_:
         err.print("[red]use --run or --type, not both[/] (a NATS filter has one subject)")
@@ -164,6 +172,11 @@ def tail(
 @app.command()
 def replay(run_id: str, json_: JsonOpt = False) -> None:
     """Show every event of a run from the log, with timings and causes."""
+    from nanocrab.bus import read_run
+    from nanocrab.cli.host import bus_session
+    from nanocrab.cli.ids import resolve_run
+    from nanocrab.cli.render import print_json, stored_json, timeline_table
+
     settings = settings_or_exit()
 
     async def main() -> tuple[str, list[Stored]]:
@@ -190,6 +203,11 @@ def projections_rebuild(
     name: Annotated[str | None, typer.Argument(help="One projection (default: all).")] = None,
 ) -> None:
     """Drop a projection and rebuild it from sequence 0, with progress."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from nanocrab.cli.host import bus_session, engine_for
+    from nanocrab.projections import Projector, all_projections
+
     settings = settings_or_exit()
     chosen = [p for p in all_projections() if name in (None, p.name)]
     if not chosen:
@@ -226,6 +244,14 @@ def projections_rebuild(
 @app.command()
 def status(json_: JsonOpt = False) -> None:
     """Streams, handler consumers (pending, unacked, redelivered), projection lag, dead letters."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
+    from nanocrab.cli.observers import server_info
+    from nanocrab.cli.render import print_json
+    from nanocrab.cli.status import gather_status
+
     settings = settings_or_exit()
 
     async def main() -> dict[str, Any]:
@@ -286,6 +312,13 @@ def dead_letters_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Messages handlers could not process: which handler, why, and where the bytes are."""
+    from rich.table import Table
+    from sqlalchemy.exc import OperationalError
+
+    from nanocrab.cli.host import engine_for
+    from nanocrab.cli.render import print_json
+    from nanocrab.projections import list_dead_letters
+
     settings = settings_or_exit()
 
     async def main() -> list[dict[str, Any]]:

@@ -9,30 +9,30 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nanocrab.bus import EventLog
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit
-from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
-from nanocrab.cli.settings import Settings
-from nanocrab.projections import (
-    ApprovalRow,
-    AuditProjection,
-    AuditRow,
-    ViolationRow,
-    audit_rows,
-    catch_up_projection,
-    pending_approvals,
-)
-from nanocrab.projections import violations as list_violations
-from nanocrab.projections.audit import STATUSES
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from nanocrab.bus import EventLog
+    from nanocrab.cli.settings import Settings
+    from nanocrab.projections import ApprovalRow, AuditRow, ViolationRow
 
 T = TypeVar("T")
+
+STATUSES: tuple[str, ...] = (
+    "requested", "awaiting_approval", "granted", "denied", "running", "completed", "failed",
+    "refused", "skipped", "revoked",
+)  # fmt: skip
+"""The audit's call statuses, for ``--status`` and its help: the same as
+:data:`nanocrab.projections.audit.STATUSES` (tests/test_cli_lazy.py checks), spelled here so that
+declaring the command does not import SQLAlchemy."""
 
 _STATUS_STYLE = {
     "requested": "dim", "awaiting_approval": "bold yellow", "granted": "green",
@@ -96,6 +96,9 @@ def _in(delta_s: float) -> str:
 async def _catch_up(log: EventLog, engine: AsyncEngine, settings: Settings) -> None:
     """Apply what the log has that the audit lacks; a running ``nanocrab up`` keeps it current
     itself (and created its tables), so it is left to do so."""
+    from nanocrab.cli.host import RuntimeMarker
+    from nanocrab.projections import AuditProjection, catch_up_projection
+
     if RuntimeMarker(settings.home).alive():
         return
     await catch_up_projection(log, engine, AuditProjection.name)
@@ -104,6 +107,8 @@ async def _catch_up(log: EventLog, engine: AsyncEngine, settings: Settings) -> N
 def print_run_audit(settings: Settings, run_id: str) -> None:
     """One run's calls in a narrow table — tool, tier, approval, status, time — for the end of
     the demo, whose timeline has already shown the arguments."""
+    from nanocrab.projections import audit_rows
+
     rows = _read(settings, lambda engine: audit_rows(engine, run_id=run_id))
     t = Table(title=f"audit of run {run_id}", title_justify="left")
     for col in ("tool", "tier", "approval", "status", "duration"):
@@ -121,6 +126,8 @@ def print_run_audit(settings: Settings, run_id: str) -> None:
 
 
 def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    from nanocrab.cli.host import bus_session, engine_for
+
     async def main() -> T:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             engine = engine_for(settings.db_url)
@@ -238,6 +245,9 @@ def audit(
 ) -> None:
     """Every tool call: arguments, capabilities asked and granted, tier, who approved, status,
     timings and errors."""
+    from nanocrab.projections import AuditRow, ViolationRow, audit_rows
+    from nanocrab.projections import violations as list_violations
+
     if json_ and csv_:
         err.print("[red]use --json or --csv, not both[/]")
         raise typer.Exit(2)
@@ -302,6 +312,8 @@ def _output(
 @app.command()
 def approvals(json_: JsonOpt = False) -> None:
     """Approvals waiting for a human: the call, its tier, why it needs one, when it expires."""
+    from nanocrab.projections import pending_approvals
+
     settings = settings_or_exit()
     now = datetime.now(UTC)
     pending: list[ApprovalRow] = _read(settings, lambda e: pending_approvals(e, now=now))

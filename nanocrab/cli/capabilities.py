@@ -7,25 +7,12 @@ event published as ``cli``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nanocrab.bus import EventLog
-from nanocrab.cli.capabilities_render import (
-    describe_parameters,
-    detail_json,
-    detail_view,
-    example_args,
-    registry_table,
-    row_json,
-    value_text,
-)
 from nanocrab.cli.capgen import generate
 from nanocrab.cli.common import (
     JsonOpt,
@@ -36,27 +23,14 @@ from nanocrab.cli.common import (
     settings_or_exit,
     setup,
 )
-from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
-from nanocrab.cli.render import print_json
-from nanocrab.cli.settings import Settings
-from nanocrab.cli.wiring import sandbox_for
-from nanocrab.events import (
-    CapabilityDisabled,
-    CapabilityEnabled,
-    CapabilityRemoved,
-    Event,
-)
-from nanocrab.handlers.capgen import argument_errors, invoke
-from nanocrab.projections import (
-    CapabilitiesProjection,
-    CapabilityDetail,
-    CapabilityRow,
-    capability,
-    capability_stats,
-    catch_up_projection,
-    checkpoints,
-    list_capabilities,
-)
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from nanocrab.bus import EventLog
+    from nanocrab.cli.settings import Settings
+    from nanocrab.events import Event
+    from nanocrab.projections import CapabilityDetail, CapabilityRow
 
 T = TypeVar("T")
 
@@ -71,6 +45,13 @@ NameArg = Annotated[str, typer.Argument(help="The capability's name (see `capabi
 async def _fresh(log: EventLog, engine: AsyncEngine, settings: Settings) -> None:
     """Bring the registry up to date; with a ``nanocrab up`` running (which keeps it current
     itself), wait briefly for it to have applied everything on the capability subjects."""
+    import asyncio
+
+    from sqlalchemy import select
+
+    from nanocrab.cli.host import RuntimeMarker
+    from nanocrab.projections import CapabilitiesProjection, catch_up_projection, checkpoints
+
     if not RuntimeMarker(settings.home).alive():
         await catch_up_projection(log, engine, CapabilitiesProjection.name)
         return
@@ -90,6 +71,8 @@ async def _fresh(log: EventLog, engine: AsyncEngine, settings: Settings) -> None
 
 
 def _read(settings: Settings, fetch: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    from nanocrab.cli.host import bus_session, engine_for
+
     async def main() -> T:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             engine = engine_for(settings.db_url)
@@ -118,6 +101,10 @@ def list_(
     json_: JsonOpt = False,
 ) -> None:
     """The registry: each capability's current version, status, safety level and call stats."""
+    from nanocrab.cli.capabilities_render import registry_table, row_json
+    from nanocrab.cli.render import print_json
+    from nanocrab.projections import capability_stats, list_capabilities
+
     settings = settings_or_exit()
 
     async def fetch(engine: AsyncEngine) -> tuple[list[Any], dict[str, Any]]:
@@ -141,6 +128,10 @@ def list_(
 @capabilities_app.command()
 def show(name: NameArg, json_: JsonOpt = False) -> None:
     """One capability: metadata, versions, invocation stats (avg, p95, success rate), source."""
+    from nanocrab.cli.capabilities_render import detail_json, detail_view
+    from nanocrab.cli.render import print_json
+    from nanocrab.projections import capability, capability_stats
+
     settings = settings_or_exit()
 
     async def fetch(engine: AsyncEngine) -> tuple[CapabilityDetail | None, Any]:
@@ -159,6 +150,9 @@ def show(name: NameArg, json_: JsonOpt = False) -> None:
 
 def _change(name: str, make: Callable[[CapabilityDetail], Event | None]) -> CapabilityDetail:
     """Look ``name`` up, let ``make`` build the event (or exit), publish it as ``cli``."""
+    from nanocrab.cli.host import bus_session, engine_for
+    from nanocrab.projections import capability
+
     settings = settings_or_exit()
 
     async def main() -> CapabilityDetail:
@@ -189,6 +183,7 @@ def _not_removed(detail: CapabilityDetail) -> None:
 @capabilities_app.command()
 def enable(name: NameArg) -> None:
     """Allow invocations of a disabled capability again."""
+    from nanocrab.events import CapabilityEnabled
 
     def make(detail: CapabilityDetail) -> Event | None:
         _not_removed(detail)
@@ -207,6 +202,7 @@ def disable(
     reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "",
 ) -> None:
     """Refuse invocations of a capability until it is enabled again."""
+    from nanocrab.events import CapabilityDisabled
 
     def make(detail: CapabilityDetail) -> Event | None:
         _not_removed(detail)
@@ -230,6 +226,7 @@ def remove(
     reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "",
 ) -> None:
     """Remove a capability from the registry (its history stays in the log)."""
+    from nanocrab.events import CapabilityRemoved
 
     def make(detail: CapabilityDetail) -> Event | None:
         if detail.row.removed:
@@ -273,6 +270,13 @@ def invoke_(
 
 
 async def _invoke(settings: Settings, name: str, arguments: dict[str, Any], json_: bool) -> int:
+    from nanocrab.cli.capabilities_render import describe_parameters, example_args, value_text
+    from nanocrab.cli.host import bus_session, engine_for
+    from nanocrab.cli.render import print_json
+    from nanocrab.cli.wiring import sandbox_for
+    from nanocrab.handlers.capgen import argument_errors, invoke
+    from nanocrab.projections import capability
+
     async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
         engine = engine_for(settings.db_url)
         try:

@@ -8,15 +8,11 @@ spent. Hosts the handler in-process when no ``nanocrab up`` serves the data dire
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nanocrab.bus import EventLog, Window, read
-from nanocrab.bus.permissions import CAPGEN, PROJECTOR
-from nanocrab.cli.capabilities_render import example_args, progress_lines
 from nanocrab.cli.common import (
     JsonOpt,
     console,
@@ -25,18 +21,11 @@ from nanocrab.cli.common import (
     settings_or_exit,
     setup,
 )
-from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
-from nanocrab.cli.render import print_json, stored_json
-from nanocrab.cli.settings import Settings
-from nanocrab.cli.wiring import build_capgen
-from nanocrab.events import (
-    CapabilityEnabled,
-    CapabilityRegistered,
-    CapabilityRequested,
-    CapabilityTested,
-    Event,
-)
-from nanocrab.projections import CapabilitiesProjection
+
+if TYPE_CHECKING:
+    from nanocrab.bus import EventLog
+    from nanocrab.cli.settings import Settings
+    from nanocrab.events import CapabilityRequested, Event
 
 
 def generate(
@@ -65,6 +54,8 @@ def generate(
     the registry stays disabled until you enable it (or pass --enable). Exits 1 when no
     attempt passed. Uses Claude when ANTHROPIC_API_KEY is set, else the offline model (which
     knows how to write a word counter)."""
+    from nanocrab.events import CapabilityRequested
+
     if not guidance.strip():
         err.print("[red]the guidance is empty[/]; say what the capability should do, in quotes")
         raise typer.Exit(2)
@@ -86,6 +77,11 @@ def generate(
 async def _generate(
     settings: Settings, request: CapabilityRequested, wait_s: float, json_: bool, *, enable: bool
 ) -> int:
+    from nanocrab.bus.permissions import CAPGEN, PROJECTOR
+    from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
+    from nanocrab.cli.wiring import build_capgen
+    from nanocrab.projections import CapabilitiesProjection
+
     async with bus_connector(settings.bus(), sync=settings.sync) as bus:
         log, engine = bus.log, engine_for(settings.db_url)
         host: Host | None = None
@@ -107,6 +103,13 @@ async def _generate(
 async def _follow(
     log: EventLog, request: CapabilityRequested, wait_s: float, json_: bool, *, enable: bool
 ) -> int:
+    import asyncio
+
+    from nanocrab.bus import Window, read
+    from nanocrab.cli.capabilities_render import example_args, progress_lines
+    from nanocrab.cli.render import print_json, stored_json
+    from nanocrab.events import CapabilityEnabled, CapabilityRegistered, CapabilityTested
+
     appended = await log.append(request)
     if not json_:
         console.print(f"[dim]asked for a capability ({appended.event_id}); generating…[/]")

@@ -1,27 +1,21 @@
-"""What every command shares: the typer app, consoles, settings, error reporting."""
+"""What every command shares: the typer app, consoles, settings, error reporting.
+
+Imported by ``nanocrab --help`` and by every command before it runs, so it imports only typer
+and rich's console: the settings, the bus, tracing and the error types of each layer are
+imported by the function that needs them (see tests/test_cli_lazy.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import sys
 from collections.abc import Coroutine
-from typing import Annotated, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar
 
 import typer
 from rich.console import Console
-from rich.logging import RichHandler
 
-from nanocrab.bus import BusError
-from nanocrab.bus.tracing import configure_tracing
-from nanocrab.cli.settings import Settings
-from nanocrab.events import EventError
-from nanocrab.llm.base import LlmConfigError
-from nanocrab.policy import PolicyError
-from nanocrab.projections import ProjectionError
-from nanocrab.security import SecurityError
-from nanocrab.skills import SkillError
+if TYPE_CHECKING:
+    from nanocrab.cli.settings import Settings
 
 T = TypeVar("T")
 
@@ -58,6 +52,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per line,
 
 
 def settings_or_exit() -> Settings:
+    from nanocrab.cli.settings import Settings
+
     try:
         return Settings.from_env()
     except ValueError as exc:
@@ -66,6 +62,12 @@ def settings_or_exit() -> Settings:
 
 
 def setup(settings: Settings, service: str) -> None:
+    import logging
+
+    from rich.logging import RichHandler
+
+    from nanocrab.bus.tracing import configure_tracing
+
     logging.basicConfig(
         level=logging.WARNING,
         handlers=[RichHandler(console=err, show_path=False)],
@@ -77,23 +79,43 @@ def setup(settings: Settings, service: str) -> None:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``; a refusal of one of nanocrab's layers (bus, event, configuration, policy,
+    security set-up, projection) is printed as one line and exits 1 or 2, anything else
+    propagates."""
+    import asyncio
+
     try:
         return asyncio.run(coro)
-    except BusError as exc:
-        err.print(f"[bold red]bus error:[/] {exc}")
-        raise typer.Exit(1) from exc
-    except EventError as exc:
-        err.print(f"[bold red]event refused:[/] {exc}")
-        raise typer.Exit(1) from exc
-    except (LlmConfigError, SkillError) as exc:
-        err.print(f"[bold red]configuration error:[/] {exc}")
-        raise typer.Exit(2) from exc
-    except PolicyError as exc:
-        err.print(f"[bold red]policy error:[/] {exc}")
-        raise typer.Exit(2) from exc
-    except SecurityError as exc:
-        err.print(f"[bold red]security set-up error:[/] {exc}")
-        raise typer.Exit(2) from exc
-    except ProjectionError as exc:
-        err.print(f"[bold red]projection error:[/] {exc}")
-        raise typer.Exit(1) from exc
+    except Exception as exc:
+        known = _refusal(exc)
+        if known is None:
+            raise
+        label, code = known
+        err.print(f"[bold red]{label}:[/] {exc}")
+        raise typer.Exit(code) from exc
+
+
+def _refusal(exc: Exception) -> tuple[str, int] | None:
+    """How :func:`run_async` reports ``exc``: a label and an exit code, or ``None`` for an
+    exception it does not know. The error types are imported here, on the failure path, so a
+    command imports only the layers it uses (each of them is already loaded when it raised)."""
+    from nanocrab.bus import BusError
+    from nanocrab.events import EventError
+    from nanocrab.llm.base import LlmConfigError
+    from nanocrab.policy import PolicyError
+    from nanocrab.projections import ProjectionError
+    from nanocrab.security import SecurityError
+    from nanocrab.skills import SkillError
+
+    kinds: list[tuple[type[Exception] | tuple[type[Exception], ...], str, int]] = [
+        (BusError, "bus error", 1),
+        (EventError, "event refused", 1),
+        ((LlmConfigError, SkillError), "configuration error", 2),
+        (PolicyError, "policy error", 2),
+        (SecurityError, "security set-up error", 2),
+        (ProjectionError, "projection error", 1),
+    ]
+    for kind, label, code in kinds:
+        if isinstance(exc, kind):
+            return label, code
+    return None

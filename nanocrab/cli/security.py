@@ -8,19 +8,7 @@ from typing import Annotated
 
 import typer
 
-from nanocrab.bus import BusError, EmbeddedServer, ServerStartError
-from nanocrab.bus.permissions import IDENTITIES, MAY_PUBLISH, auth_config, publish_allow
 from nanocrab.cli.common import JsonOpt, app, console, err, settings_or_exit
-from nanocrab.cli.host import public_keys, server_authorization
-from nanocrab.cli.observers import (
-    connect_snippets,
-    create_observer,
-    find_observer,
-    observer_keys,
-    observers_dir,
-)
-from nanocrab.cli.render import print_json
-from nanocrab.security import KeyRing
 
 security_app = typer.Typer(help="Identities and broker permissions.", no_args_is_help=True)
 app.add_typer(security_app, name="security")
@@ -31,6 +19,13 @@ def nats_config(json_: JsonOpt = False) -> None:
     """Print the nats-server `authorization` block for this data dir's identities (creating
     missing keys), and where each secret seed lives. Include it in every cluster node's
     config; see docs/security.md."""
+    from nanocrab.bus import BusError
+    from nanocrab.bus.permissions import IDENTITIES, MAY_PUBLISH, auth_config, publish_allow
+    from nanocrab.cli.host import public_keys
+    from nanocrab.cli.observers import observer_keys
+    from nanocrab.cli.render import print_json
+    from nanocrab.security import KeyRing
+
     settings = settings_or_exit()
     cfg = settings.bus()
     keyring = KeyRing(settings.keys_dir)
@@ -87,6 +82,17 @@ def observer(
     consumers, direct gets, and one durable consumer named NAME) and publish nothing. The
     running embedded server takes it at once; `nanocrab up` keeps it on restart. Prints how to
     connect; see docs/events.md."""
+    from nanocrab.bus import EmbeddedServer, ServerStartError
+    from nanocrab.cli.host import server_authorization
+    from nanocrab.cli.observers import (
+        connect_snippets,
+        create_observer,
+        find_observer,
+        observers_dir,
+    )
+    from nanocrab.cli.render import print_json
+    from nanocrab.security import KeyRing
+
     settings = settings_or_exit()
     cfg = settings.bus()
     keyring = KeyRing(settings.keys_dir)

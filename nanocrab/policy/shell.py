@@ -14,9 +14,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import bashlex
-import bashlex.errors
+from typing import TYPE_CHECKING
 
 from nanocrab.policy.matchers import (
     _GLOB_CHARS,
@@ -28,6 +26,9 @@ from nanocrab.policy.matchers import (
     lexical_path,
     resolve_path,
 )
+
+if TYPE_CHECKING:  # bashlex costs ~0.1 s to import: it is imported by the first parse
+    import bashlex
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "csh", "tcsh", "fish", "busybox"})
 INDIRECTION = frozenset({"eval", "exec", "source", ".", "env", "command", "builtin", "trap", "fc"})
@@ -44,8 +45,7 @@ _OUTPUT_OPS = frozenset({">", ">>", ">|"})
 _SEPARATORS = re.compile(r"[=:,]")
 _SHELL_TILDE = re.compile(r"~[+-]|~[0-9]")
 _MAX_MATCHES = 1000
-_PARSE_ERRORS = (
-    bashlex.errors.ParsingError,
+_PARSE_ERRORS: tuple[type[Exception], ...] = (  # with bashlex.errors.ParsingError
     NotImplementedError,  # bashlex: arithmetic expansion, `time`, coprocesses
     AttributeError,
     IndexError,
@@ -249,9 +249,12 @@ def _parse_shell(command: str) -> tuple[Segment, ...] | str:
     check_text(command, "command", command=True)
     if not command.strip():
         return "the command is empty"
+    import bashlex
+    import bashlex.errors
+
     try:
         trees = bashlex.parse(command)
-    except _PARSE_ERRORS as exc:
+    except (bashlex.errors.ParsingError, *_PARSE_ERRORS) as exc:
         return (
             f"the command {command!r} could not be parsed as a shell command ({exc}); send "
             "simple commands joined by &&, ||, ;, | or newlines"
@@ -268,6 +271,8 @@ def _parse_shell(command: str) -> tuple[Segment, ...] | str:
 
 
 def _reject_forbidden(tree: bashlex.ast.node, command: str) -> None:
+    import bashlex  # loaded by the parse that made ``tree``
+
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -333,6 +338,8 @@ def _segment(node: bashlex.ast.node) -> Segment:
 
 
 def _redirect(node: bashlex.ast.node) -> tuple[str | None, str]:
+    import bashlex  # loaded by the parse that made ``node``
+
     op = node.type
     if op in _BASH_ONLY:
         raise Refused(_bash_only(op))

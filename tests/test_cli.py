@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -145,22 +146,28 @@ def test_up_serves_published_tasks_and_stops_cleanly_on_ctrl_c(home: Path) -> No
 
 
 def test_tail_follows_the_log_as_json(home: Path) -> None:
-    import time
-
     assert cli(home, "publish", "first").returncode == 0
-    # the first command started and stopped its own server; tail starts one again and follows it
-    tail = background(home, "tail", "--all", "--json", "--type", "task.*")
+    # the first command started and stopped its own server; tail starts one again and follows it.
+    # Started with SIGINT ignored, as a background job of a script is: Ctrl-C must still stop it.
+    tail = subprocess.Popen(
+        [*NANOCRAB, "tail", "--all", "--json", "--type", "task.*"],
+        cwd=home.parent,
+        env=user_env(home),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     try:
         assert tail.stdout is not None
         first = json.loads(tail.stdout.readline())
         assert first["type"] == "task.submitted" and first["data"]["text"] == "first"
-        time.sleep(0.5)
         assert cli(home, "publish", "second").returncode == 0
         second = json.loads(tail.stdout.readline())
         assert second["data"]["text"] == "second" and second["seq"] == 2
     finally:
-        tail.send_signal(__import__("signal").SIGINT)
-        tail.communicate(timeout=20)
+        tail.send_signal(signal.SIGINT)
+        tail.communicate(timeout=60)
     assert tail.returncode == 0
 
 

@@ -18,6 +18,7 @@ from nanocrab.cli.common import (
     run_async,
     settings_or_exit,
     setup,
+    until_signalled,
 )
 
 if TYPE_CHECKING:
@@ -162,8 +163,12 @@ def tail(
                 err.print(f"[red]{exc}[/]")
                 raise typer.Exit(2) from exc
             window = Window() if from_start else Window(start_time=datetime.now(UTC))
-            async for s in read(log, subject, window, follow=True):
-                print_json(console, stored_json(s)) if json_ else console.print(event_line(s))
+
+            async def follow() -> None:
+                async for s in read(log, subject, window, follow=True):
+                    print_json(console, stored_json(s)) if json_ else console.print(event_line(s))
+
+            await until_signalled(follow())
 
     with contextlib.suppress(KeyboardInterrupt):
         run_async(main())

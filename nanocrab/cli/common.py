@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar
 
 import typer
@@ -93,6 +93,38 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         label, code = known
         err.print(f"[bold red]{label}:[/] {exc}")
         raise typer.Exit(code) from exc
+
+
+async def until_signalled(work: Awaitable[T]) -> T | None:
+    """Await ``work`` until it ends or SIGINT/SIGTERM arrives; a signal ends it quietly (``None``).
+
+    For commands that follow until Ctrl-C. Unlike relying on ``KeyboardInterrupt`` this also
+    works when the process started with SIGINT ignored (a background job of a script), and the
+    caller's ``async with`` blocks still close the bus and stop the embedded server."""
+    import asyncio
+    import signal
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    signalled = False
+
+    def stop() -> None:
+        nonlocal signalled
+        signalled = True
+        task.cancel()
+
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    for sig in sigs:
+        loop.add_signal_handler(sig, stop)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if signalled:
+            return None
+        raise
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
 
 
 def _refusal(exc: Exception) -> tuple[str, int] | None:

@@ -79,7 +79,7 @@ async def denied(rig: Rig, run_id: str, call_id: str) -> GrantDenied:
     assert not [
         e for e in await rig.events(run_id) if isinstance(e, ToolStarted) and e.call_id == call_id
     ], "a denied call must never start"
-    row = await rig.audit(call_id, lambda r: r.status == "denied")
+    row = await rig.audit(call_id, lambda r: r.status == "denied" and r.grant_denied)
     assert row.error and outcome.reason[:40] in row.error
     return outcome
 

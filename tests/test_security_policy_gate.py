@@ -67,7 +67,7 @@ async def refused(rig: Rig, run: str, call: str, rule: str | None) -> GrantDenie
     assert isinstance(outcome, GrantDenied), outcome
     assert outcome.rule == rule and outcome.tier == "deny", outcome.reason
     await _never_started(rig, run, call)
-    row = await rig.audit(call, lambda r: r.status == "denied")
+    row = await rig.audit(call, lambda r: r.status == "denied" and r.grant_denied)
     assert (row.tier, row.rule, row.grant_denied) == ("deny", rule, True)
     assert not row.granted_capabilities and row.start_at is None
     assert row.error and outcome.reason[:40] in row.error

@@ -11,28 +11,44 @@ the time between consecutive events (their ``time`` fields, i.e. when the emitti
 them; and JetStream's storage timestamps) is reported as the median over runs.
 
 Usage: .venv/bin/python bench/agent_latency.py [--runs 300] [--warmup 30] [--breakdown 100]
-Diagnosis: [--projections all|sessions|none] [--switch-interval-ms 5]
+Diagnosis: [--projections all|sessions|none] [--traces none|console] [--switch-interval-ms 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _agent import CpuMeter, agent_bench, breakdown, calibration
 from _common import machine, pct, summary_ms
 
+from nanocrab.bus.tracing import configure_tracing
+
 
 async def main(
-    runs: int, warmup: int, breakdown_runs: int, projections: str, switch_ms: float | None
+    runs: int,
+    warmup: int,
+    breakdown_runs: int,
+    projections: str,
+    switch_ms: float | None,
+    traces: str,
 ) -> None:
     if switch_ms is not None:
         sys.setswitchinterval(switch_ms / 1000)
+    trace_file = None
+    if traces == "console":  # as the CLI does by default: JSON Lines in a file
+        trace_file = Path(tempfile.mkdtemp(prefix="nanocrab-bench-traces-")) / "traces.jsonl"
+        configure_tracing("agent-latency", exporter="console", console_path=trace_file)
     print(
-        f"machine: {machine()} · projections: {projections} · "
+        f"machine: {machine()} · projections: {projections} · traces: {traces} · "
         f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
     )
     print(calibration())
@@ -69,6 +85,13 @@ async def main(
             lines, typical = await breakdown(bench.log, sample)
             print(f"per-stage breakdown (median over {typical} of the last {len(sample)} runs):")
             print("\n".join(lines))
+    if trace_file is not None:
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, TracerProvider):
+            provider.force_flush()
+        size = trace_file.stat().st_size
+        print(f"traces: {size / (runs + warmup):,.0f} B/run (JSON Lines)")
+        shutil.rmtree(trace_file.parent, ignore_errors=True)
     print(f"at the end: {calibration()}")
 
 
@@ -85,10 +108,16 @@ if __name__ == "__main__":
         "none also turns off the LLM handler's session-history query)",
     )
     ap.add_argument(
+        "--traces",
+        choices=("none", "console"),
+        default="none",
+        help="console: spans as JSON Lines to a file, the CLI's default (default: none)",
+    )
+    ap.add_argument(
         "--switch-interval-ms",
         type=float,
         default=None,
         help="diagnosis: sys.setswitchinterval (the GIL hand-off interval, default 5 ms)",
     )
     a = ap.parse_args()
-    asyncio.run(main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms))
+    asyncio.run(main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms, a.traces))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +20,13 @@ class Delivery:
     deliveries: int = 1
 
 
+handling: ContextVar[Delivery | None] = ContextVar("nanocrab_handling", default=None)
+"""The delivery whose ``handle`` is running (set by the runtime around the call, inherited by
+tasks it starts). A reader of the log may rely on it: the event at ``seq`` on ``subject`` is
+stored, so a state that has folded everything up to ``seq`` is the log as of that event
+(``handlers/runloader.py`` then need not ask the server)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reaction:
     """Reactions with a precondition: the first event is appended with ``expect`` and, if the log
@@ -27,6 +35,11 @@ class Reaction:
 
     events: Sequence[Event] = field(default_factory=tuple)
     expect: Expect | None = None
+    chained: bool = False
+    """Guard every event in ``expect.scope``, not only the first: each is appended expecting the
+    one before it as the scope's last, so a decision is never completed on top of another
+    instance's decision that raced it (the reaction stops at the first conflict). Costs a round
+    trip per guarded event."""
 
 
 class Reactor(Protocol):

@@ -2,10 +2,14 @@
 
 Per message: decode → dispatch → append reactions (pipelined, deterministic ids) → ack. The ack
 comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
-redelivery whose reactions deduplicate. Malformed input and poison events are terminated and
-recorded as ``bus.malformed`` / ``bus.dead_lettered`` events (pointing at the original bytes by
-stream sequence); the loop goes on with the next message. An event stored on another subject than
-its own (``bus/placement.py``) is malformed input: ``bus.malformed`` with kind ``invalid``.
+redelivery whose reactions deduplicate. Pull requests stay open across fetches (``_Puller``), so
+a delivery usually costs the ack alone. With ``concurrency`` above 1, events of different runs
+are handled side by side and those of one run in order; a reactor with ``admission`` types
+(new work) has them wait while other events are in hand or it says not to ``admit()`` yet.
+Malformed input and poison events are terminated and recorded as ``bus.malformed`` /
+``bus.dead_lettered`` events (pointing at the original bytes by stream sequence); the loop goes
+on with the next message. An event stored on another subject than its own
+(``bus/placement.py``) is malformed input: ``bus.malformed`` with kind ``invalid``.
 Transient failures are nak'd with backoff until ``max_deliver``. The subscription is re-created
 after a server restart. Bus failures are classified (``bus/failures.py``): a permanent one (a full
 log, a missing stream) is logged at ERROR, kept in ``failure`` and retried slowly.
@@ -16,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import traceback
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,16 +30,16 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.client import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.failures import Severity, severity
-from nanocrab.bus.log import EventLog
-from nanocrab.bus.reactor import Delivery, Reaction, Reactor
+from nanocrab.bus.log import Appended, EventLog, Expect
+from nanocrab.bus.reactor import Delivery, Reaction, Reactor, handling
 from nanocrab.bus.subjects import sanitize_token
 from nanocrab.bus.tracing import context_from
 from nanocrab.events import (
@@ -75,8 +81,9 @@ class RuntimeOptions:
     permanent_retry_s: float = 10.0
     """Pause before retrying after a permanent failure (a full log, a missing stream)."""
     concurrency: int = 1
-    """Events handled at once. Above 1, events (even of one run) may be handled out of order:
-    only for reactors whose decisions are guarded (``Reaction.expect``) or independent."""
+    """Events handled at once. Above 1, events of different runs are handled side by side (and
+    acknowledged out of order); the events of one run are still handled one after another, in
+    the order they were delivered."""
 
 
 def stamp(
@@ -116,12 +123,48 @@ async def append_reaction(
         return True
     if reaction.expect is not None:
         try:
-            await log_.append(events[0], expect=reaction.expect)
+            appended = await log_.append(events[0], expect=reaction.expect)
+            if reaction.chained:
+                await append_chained(log_, appended, events[1:], reaction.expect.scope)
+                return True
         except AppendConflict:
             return False
         events = events[1:]
     await log_.append_batch(events)
     return True
+
+
+async def append_chained(
+    log_: EventLog, after: Appended, events: Sequence[Event], scope: str | None
+) -> None:
+    """Append ``events`` (stamped) after ``after``, in order: each one on ``scope`` expecting the
+    last one on it before as the scope's last, so nothing lands on top of an event another
+    writer slipped in (:class:`AppendConflict`; the rest is not appended). Events elsewhere (a
+    parent run's, a session's) are appended unguarded in their place; trailing ones as a batch."""
+    events = list(events)
+    last = after.seq
+    while events and scope is not None:
+        if not any(_in_scope(log_.subjects.for_event(e), scope) for e in events):
+            break
+        event = events.pop(0)
+        if _in_scope(log_.subjects.for_event(event), scope):
+            last = (await log_.append(event, expect=Expect(last, scope))).seq
+        else:
+            await log_.append(event)
+    await log_.append_batch(events)
+
+
+def _in_scope(subject: str, scope: str | None) -> bool:
+    """Whether ``subject`` matches the subject filter ``scope`` (``None``: any subject)."""
+    if scope is None:
+        return True
+    tokens, pattern = subject.split("."), scope.split(".")
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or p not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(pattern)
 
 
 class HandlerRuntime:
@@ -154,6 +197,16 @@ class HandlerRuntime:
         self.failure: str | None = None
         """The permanent failure (``bus/failures.py``) this handler is stuck on, if any."""
         self._inflight: set[asyncio.Task[None]] = set()
+        self._tails: dict[str, asyncio.Task[None]] = {}  # run → its last event's task in hand
+        self._admission = frozenset(getattr(reactor, "admission", ()) if self.opts.concurrency > 1
+                                    else ())  # fmt: skip
+        self._high: deque[Msg] = deque()  # fetched, not started: everything but admissions
+        self._low: deque[tuple[Msg, float]] = deque()  # admissions (and their runs' events)
+        self._low_runs: dict[str, int] = {}
+        self._waiting_cap = max(1, self.opts.max_ack_pending // 2)
+        """Deliveries held back at most: the rest of ``max_ack_pending`` stays free, so the
+        server keeps delivering the events that go first."""
+        self._keepalive_task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(self.opts.concurrency)
 
     def consumer_config(self) -> ConsumerConfig:
@@ -196,14 +249,16 @@ class HandlerRuntime:
             sub = None
             try:
                 await self.ensure_consumer()
-                sub = await self.log.js.pull_subscribe_bind(
-                    durable=self.durable, stream=self.log.cfg.log_stream
-                )
+                sub = _Puller(self.log, self.durable)
+                await sub.start()
                 generation = reconnects.generation
                 while not self._stopping.is_set() and generation == reconnects.generation:
                     if self.opts.concurrency == 1:
                         for msg in await self._fetch(sub, self.opts.batch):
                             await self._process(msg)
+                        continue
+                    if self._admission:
+                        await self._step_admitting(sub)
                         continue
                     await self._slots.acquire()
                     free = 1
@@ -214,9 +269,7 @@ class HandlerRuntime:
                     for _ in range(free - len(msgs)):
                         self._slots.release()
                     for msg in msgs:
-                        task = asyncio.create_task(self._process(msg))
-                        self._inflight.add(task)
-                        task.add_done_callback(self._done)
+                        self._spawn(msg)
             except _CONNECTION_ERRORS as exc:
                 if self._stopping.is_set():
                     break
@@ -226,11 +279,113 @@ class HandlerRuntime:
                     log.info("handler %s: re-subscribing after %r", self.durable, exc)
                     await self._wait_connected()
             finally:
+                await self._release_waiting()
                 if self._inflight:
                     await asyncio.gather(*self._inflight, return_exceptions=True)
                 if sub is not None:
+                    await sub.close()
+
+    async def _step_admitting(self, sub: _Puller) -> None:
+        """Take one free slot and start the most urgent delivery in hand, fetching more first
+        when none may start.
+
+        For a reactor with ``admission`` types (the events that start new work: a task) and an
+        ``admit()`` that says whether to start more now. Deliveries of those types wait in memory
+        (their acks kept alive) while everything else goes first and while ``admit()`` says no,
+        so a burst of tasks does not push the runs already going to the back of every queue
+        (without it a thousand tasks complete in lockstep). The events of a run keep their order:
+        an event of a run whose admission is waiting waits behind it."""
+        await self._slots.acquire()
+        try:
+            while not self._stopping.is_set():
+                msg = self._next_waiting()
+                if msg is not None:
+                    self._spawn(msg)
+                    return
+                # while admissions wait, only poll: they may start as soon as admit() says so
+                expires = 0.02 if self._low else self.opts.fetch_timeout_s
+                for m in await self._fetch(sub, self.opts.batch, expires_s=expires):
+                    self._classify(m)
+        except BaseException:
+            self._slots.release()
+            raise
+        self._slots.release()
+
+    def _classify(self, msg: Msg) -> None:
+        tokens = msg.subject.split(".")
+        key = _run_key(msg.subject)
+        is_admission = len(tokens) == 6 and f"{tokens[4]}.{tokens[5]}" in self._admission
+        if is_admission or (key is not None and self._low_runs.get(key)):
+            self._low.append((msg, time.monotonic()))
+            if key is not None:
+                self._low_runs[key] = self._low_runs.get(key, 0) + 1
+            if self._keepalive_task is None or self._keepalive_task.done():
+                self._keepalive_task = asyncio.create_task(self._keep_waiting_alive())
+        else:
+            self._high.append(msg)
+
+    def _next_waiting(self) -> Msg | None:
+        if self._high:
+            return self._high.popleft()
+        if not self._low:
+            return None
+        admit = getattr(self.reactor, "admit", None)
+        if admit is not None and not admit() and len(self._low) < self._waiting_cap:
+            return None  # (past the cap they go in order: the server must keep delivering)
+        msg, _ = self._low.popleft()
+        key = _run_key(msg.subject)
+        if key is not None:
+            left = self._low_runs.get(key, 1) - 1
+            if left:
+                self._low_runs[key] = left
+            else:
+                self._low_runs.pop(key, None)
+        return msg
+
+    async def _keep_waiting_alive(self) -> None:
+        """In-progress acks for deliveries waiting for admission longer than a third of
+        ``ack_wait`` (else the server would hand them to another instance)."""
+        while self._low:
+            await asyncio.sleep(self.opts.ack_wait_s / 3)
+            limit = time.monotonic() - self.opts.ack_wait_s / 3
+            for msg, since in list(self._low):
+                if since < limit:
                     with contextlib.suppress(*_CONNECTION_ERRORS):
-                        await sub.unsubscribe()
+                        await msg.in_progress()
+
+    async def _release_waiting(self) -> None:
+        """Hand deliveries not started back to the server (stop, reconnect): redelivered at
+        once, here or to another instance."""
+        waiting = [*self._high, *(m for m, _ in self._low)]
+        self._high.clear()
+        self._low.clear()
+        self._low_runs.clear()
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+        for msg in waiting:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                await msg.nak()
+
+    def _spawn(self, msg: Msg) -> None:
+        """Handle ``msg`` in a task of its own, after the events of its run already in hand:
+        concurrency is across runs, never within one (a run's events keep the log's order)."""
+        key = _run_key(msg.subject)
+        before = self._tails.get(key) if key is not None else None
+        task = asyncio.create_task(self._process_after(before, msg))
+        self._inflight.add(task)
+        task.add_done_callback(self._done)
+        if key is not None:
+            self._tails[key] = task
+            task.add_done_callback(lambda t: self._untail(key, t))
+
+    def _untail(self, key: str, task: asyncio.Task[None]) -> None:
+        if self._tails.get(key) is task:
+            del self._tails[key]
+
+    async def _process_after(self, before: asyncio.Task[None] | None, msg: Msg) -> None:
+        if before is not None:
+            await asyncio.wait({before})  # its outcome is its own; only the order matters here
+        await self._process(msg)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -268,14 +423,15 @@ class HandlerRuntime:
             conn.cancel()
         await asyncio.sleep(0.1)
 
-    async def _fetch(self, sub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+    async def _fetch(
+        self, sub: _Puller, batch: int, *, expires_s: float | None = None
+    ) -> list[Msg]:
         """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error.
 
-        No idle heartbeat: nats-py reuses it on its follow-up request with the *remaining*
-        expiry, which the server rejects as "heartbeat value too large" once little time is left
-        (and the messages already delivered to that fetch wait out ``ack_wait``). A short fetch
-        timeout bounds a stalled pull instead, and reconnects re-create the subscription."""
-        fetch = asyncio.ensure_future(sub.fetch(batch, timeout=self.opts.fetch_timeout_s))
+        A short expiry (no idle heartbeat) bounds a stalled pull, and reconnects re-create the
+        subscription."""
+        expires = expires_s or self.opts.fetch_timeout_s
+        fetch = asyncio.ensure_future(sub.fetch(batch, expires))
         stop = asyncio.ensure_future(self._stopping.wait())
         try:
             done, _ = await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -293,10 +449,7 @@ class HandlerRuntime:
                 with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
                     await fetch
                 return []
-        try:
-            return list(fetch.result())
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
+        return fetch.result()
 
     async def _process(self, msg: Msg) -> None:
         meta = msg.metadata
@@ -323,11 +476,10 @@ class HandlerRuntime:
             },
         ) as span:
             keepalive = asyncio.create_task(self._keep_alive(msg))
+            delivery = Delivery(meta.sequence.stream, msg.subject, meta.num_delivered or 1)
+            token = handling.set(delivery)
             try:
-                result = await self.reactor.handle(
-                    event,
-                    Delivery(meta.sequence.stream, msg.subject, meta.num_delivered or 1),
-                )
+                result = await self.reactor.handle(event, delivery)
             except TransientError as exc:
                 keepalive.cancel()
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
@@ -341,6 +493,7 @@ class HandlerRuntime:
                 return
             finally:
                 keepalive.cancel()
+                handling.reset(token)
             reaction = result if isinstance(result, Reaction) else Reaction(result)
             try:
                 await self._append(event, reaction)
@@ -416,6 +569,99 @@ class HandlerRuntime:
         log.warning(
             "handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason
         )
+
+
+class _Puller:
+    """Pull requests on one durable consumer, kept outstanding from one fetch to the next.
+
+    nats-py's ``fetch`` sends a ``no_wait`` probe and then a second, waiting request on every
+    call, and forgets what it asked for: when a handler is idle that is two requests and a
+    "no messages" reply per delivery. Here a request for ``batch`` messages (expiring after
+    ``expires_s``) stays open until the server has delivered them or says it ended (a 408 when
+    it expires, with how many it did not deliver); a fetch only asks for what is not asked for
+    already, so a delivery usually costs no request at all: the ack is the only message sent.
+    A request the server never answered (a restart) is forgotten a little after its expiry.
+    """
+
+    def __init__(self, log_: EventLog, durable: str) -> None:
+        self.nc = log_.nc
+        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{log_.cfg.log_stream}.{durable}"
+        self.inbox = log_.nc.new_inbox()
+        self.msgs: deque[Msg] = deque()
+        self.wanted = 0  # requested, not delivered yet (nor reported undelivered)
+        self.expires_at = 0.0  # monotonic time by which every open request has expired
+        self._signal = asyncio.Event()
+        self._sub: Subscription | None = None
+        self._refused = False
+
+    async def start(self) -> None:
+        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        headers = msg.headers
+        status = headers.get("Status") if headers else None
+        if status is None:
+            self.wanted = max(0, self.wanted - 1)
+            self.msgs.append(msg)
+        elif status == "100":
+            return  # an idle heartbeat (none are asked for)
+        else:  # 404, 408, 409: a request ended; what it did not deliver is no longer asked for
+            pending = (headers or {}).get("Nats-Pending-Messages", "")
+            self.wanted = max(0, self.wanted - int(pending)) if pending.isdigit() else 0
+            self._refused = status == "409"
+        self._signal.set()
+
+    async def fetch(self, batch: int, expires_s: float) -> list[Msg]:
+        """Up to ``batch`` messages: those delivered already, else the first to arrive within
+        ``expires_s`` (and whatever came with it); ``[]`` when none did."""
+        now = time.monotonic()
+        if now > self.expires_at + 1.0:
+            self.wanted = 0  # every request has expired: nothing more will come of them
+        missing = batch - self.wanted - len(self.msgs)
+        if missing > 0 and self.wanted + len(self.msgs) <= batch // 2:  # refill, not top up
+            request = {"batch": missing, "expires": int(expires_s * 1e9)}
+            await self.nc.publish(self.subject, _encoder.encode(request), reply=self.inbox)
+            self.wanted += missing
+            self.expires_at = now + expires_s
+        deadline = now + expires_s + 0.1
+        while not self.msgs:
+            self._signal.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            try:
+                await asyncio.wait_for(self._signal.wait(), remaining)
+            except TimeoutError:
+                return []
+            if not self.msgs and self.wanted == 0:
+                if self._refused:  # e.g. too many waiting requests: not at once again
+                    self._refused = False
+                    await asyncio.sleep(0.1)
+                return []  # the request ended empty; the caller asks again
+        out: list[Msg] = []
+        while self.msgs and len(out) < batch:
+            out.append(self.msgs.popleft())
+        return out
+
+    async def close(self) -> None:
+        """Unsubscribe; messages delivered and not taken go back to the server at once."""
+        if self._sub is not None:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                await self._sub.unsubscribe()
+        while self.msgs:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                await self.msgs.popleft().nak()
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _run_key(subject: str) -> str | None:
+    """The run an event's subject is about (``<root>.<tenant>.run.<id>.<family>.<name>``)."""
+    tokens = subject.split(".")
+    if len(tokens) == 6 and tokens[2] == "run":
+        return f"{tokens[1]}.{tokens[3]}"
+    return None
 
 
 def _describe(exc: BaseException) -> str:

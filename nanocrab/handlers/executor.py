@@ -46,7 +46,7 @@ import msgspec
 import nats.errors
 from nats.aio.msg import Msg
 
-from nanocrab.bus import BusError, Delivery, EventLog, TransientError, stamp
+from nanocrab.bus import Appended, BusError, Delivery, EventLog, TransientError, stamp
 from nanocrab.events import (
     ApprovalGranted,
     CapabilityDetails,
@@ -278,11 +278,18 @@ class Executor:
             call_id=grant.call_id, tool=grant.tool, invocation_id=invocation,
             grant_id=grant.grant_id,
         )  # fmt: skip
-        await self.log.append(
-            stamp(self.name, grant, [started_event], first=_STARTED_ORDINAL + delivery.deliveries)[
-                0
-            ]
-        )
+        started_stamped = stamp(
+            self.name, grant, [started_event], first=_STARTED_ORDINAL + delivery.deliveries
+        )[0]
+        # A tool that is not idempotent runs only once its tool.started is stored: a crash after
+        # that is reported as ``interrupted``, never run again. An idempotent one may run while
+        # the append is on its way (it would simply run again); its result is appended only after
+        # tool.started is acknowledged, so the log still has them in that order.
+        started_append: asyncio.Task[Appended] | None = None
+        if self._idempotent(grant.tool):
+            started_append = asyncio.ensure_future(self.log.append(started_stamped))
+        else:
+            await self.log.append(started_stamped)
         chunks = 0
 
         async def emit(stream: Literal["stdout", "stderr"], chunk: str) -> None:
@@ -308,7 +315,11 @@ class Executor:
         if state.terminal:
             cancel.set()
         started = time.perf_counter()
-        result = await self.registry.invoke(grant.tool, call.arguments, ctx)
+        try:
+            result = await self.registry.invoke(grant.tool, call.arguments, ctx)
+        finally:
+            if started_append is not None:
+                await started_append  # a BusError: retried, and an idempotent call runs again
         completed = ToolCompleted(
             call_id=grant.call_id,
             tool=grant.tool,

@@ -1,9 +1,19 @@
 """Per-run state kept in memory and brought up to date from the log before every decision.
 
 Handlers see the events of a run interleaved with everything else, possibly split between
-instances. Before deciding, a handler asks for the run's state; the loader fetches whatever it
-has not folded yet with one batched direct get (``after(seq)``), so the state is always the whole
-log of the run as of now — never a guess from the events this instance happened to see.
+instances. Before deciding, a handler asks for the run's state, which is always a whole prefix of
+the run's log that contains the event being handled — never a guess from the events this instance
+happened to see.
+
+The events come from one :class:`RunFeed` per process (shared by every handler's loader): one
+ordered consumer on every run's durable events keeps the runs it knows current, in log order. A
+run it does not know yet is read once with a batched direct get (``after(seq)``); from then on
+the feed keeps it. While a handler handles the event at stream sequence ``s`` (the runtime's
+:data:`~nanocrab.bus.reactor.handling`), the feed's position at or past ``s`` proves the run is
+complete up to that event, so no read is needed; if the feed lags (or is down), the loader reads
+the gap from the log as before. Without a delivery in hand (a watchdog, a recovery scan) it always
+reads up to the newest event. Each loader folds the shared events into its own
+:class:`RunState` (with its own ``trust``).
 
 Stored bytes become events through ``EventLog.decode``: an event stored on another subject than
 its own (``bus/placement.py``: a forged type on an identity's own subject) is never folded; it is
@@ -14,15 +24,28 @@ dead-letter it too).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
 
-from nanocrab.bus import EventLog, stamp
+from nanocrab.bus import EventLog, sanitize_token, stamp
 from nanocrab.bus.direct import DirectReader
 from nanocrab.bus.placement import Misplaced
+from nanocrab.bus.reactor import handling
 from nanocrab.events import Event, EventDecodeError, SecurityRejected, derive_event_id
 from nanocrab.handlers.runstate import Rejected, RunState, Trust
+
+log = logging.getLogger(__name__)
 
 _MAX_ULID_MILLIS = (1 << 48) - 1
 
@@ -32,33 +55,277 @@ CAPACITY = 256
 run is folded again from the log when next needed, so the bound costs reads, never correctness;
 it keeps a long-lived process's memory flat (bench/soak.py)."""
 
+FEED_CAPACITY = 512
+"""Runs the process-wide feed keeps events of (least recently used first out); like
+:data:`CAPACITY` a bound that costs reads, never correctness. Above the runs a process moves at
+once (the orchestrator admits new runs only while fewer than ``busy_runs`` are moving), so a
+burst of a thousand tasks does not thrash it; a few tens of MB at most (bench/soak.py)."""
+
+Entry = tuple[int, Event | None, str | None]
+"""A stored event of a run: ``(seq, event, None)`` to fold, ``(seq, event, reason)`` for one not
+to believe (misplaced), ``(seq, None, None)`` for bytes that are not an event (skipped: recorded
+as a dead letter by the handlers, not state)."""
+
+
+@dataclass
+class _RunLog:
+    """What the feed holds of one run: every stored event of it up to ``seq``, in order."""
+
+    entries: list[Entry] = field(default_factory=list)
+    seq: int = 0
+
+    def add(self, entry: Entry) -> None:
+        if entry[0] > self.seq:
+            self.entries.append(entry)
+            self.seq = entry[0]
+
+    def after(self, seq: int) -> list[Entry]:
+        if seq >= self.seq:
+            return []
+        i = len(self.entries)
+        while i > 0 and self.entries[i - 1][0] > seq:
+            i -= 1
+        return self.entries[i:]
+
+
+class RunFeed:
+    """Every durable event of every run, in log order, for the handlers of one process.
+
+    Invariant: a run in ``_runs`` holds every event of that run stored up to ``max(position,
+    run.seq)``. A run enters only through a direct read, merged with what the feed delivered
+    while the read was in flight; the ordered consumer then delivers every later event of every
+    run in order (``position`` is the stream sequence of the last one). Anything that could break
+    the chain (a consumer reset, a gap in its sequence, a lost subscription) forgets every run.
+    """
+
+    def __init__(
+        self, log: EventLog, *, capacity: int = FEED_CAPACITY, wait_s: float = 0.05
+    ) -> None:
+        self.log = log
+        self.loop = asyncio.get_running_loop()
+        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+        self.capacity = capacity
+        self.wait_s = wait_s
+        self.position = 0
+        self.live = False
+        self.reads = 0
+        """Direct reads so far (a measure of how often the feed could not answer)."""
+        self._runs: OrderedDict[str, _RunLog] = OrderedDict()
+        self._loading: dict[str, list[Entry]] = {}
+        self._loaders: dict[str, int] = {}
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()
+        self._epoch = 0
+        self._consumer_seq = 0
+        self._stalled_at = -1
+        self._next_attempt = 0.0
+        self._starting: asyncio.Lock | None = None
+        self._sub: object | None = None
+
+    # -- the subscription ---------------------------------------------------------------------
+
+    async def _ensure_started(self) -> None:
+        if self.live or time.monotonic() < self._next_attempt or self.log.nc.is_closed:
+            return
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self.live:
+                return
+            self._next_attempt = time.monotonic() + 5.0
+            try:
+                self._sub = await self.log.js.subscribe(
+                    f"{self.log.cfg.root}.*.run.*.*.*",
+                    stream=self.log.cfg.log_stream,
+                    cb=self._on_msg,
+                    ordered_consumer=True,
+                    deliver_policy=DeliverPolicy.NEW,
+                    pending_msgs_limit=1_000_000,
+                )
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                log.info("run feed unavailable (reading the log instead): %r", exc)
+                return
+            self._forget_all()
+            self.live = True
+
+    def _forget_all(self) -> None:
+        self._runs.clear()
+        self._epoch += 1
+        self._consumer_seq = 0
+
+    async def _on_msg(self, msg: Msg) -> None:
+        try:
+            meta = msg.metadata
+        except Exception:  # not a consumer delivery (a status message)
+            return
+        seq, consumer_seq = int(meta.sequence.stream), int(meta.sequence.consumer)
+        if consumer_seq != self._consumer_seq + 1:
+            # a reset or a gap: what the feed holds may miss events, so it holds nothing
+            self._forget_all()
+        self._consumer_seq = consumer_seq
+        key = msg.subject.split(".")[3]
+        run = self._runs.get(key)
+        loading = self._loading.get(key)
+        if run is not None or loading is not None:
+            entry = self._entry(seq, msg.subject, msg.data)
+            if run is not None:
+                run.add(entry)
+            if loading is not None:
+                loading.append(entry)
+        self.position = max(self.position, seq)
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.position:
+            _, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(None)
+
+    def _entry(self, seq: int, subject: str, data: bytes) -> Entry:
+        try:
+            return (seq, self.log.decode(data, subject=subject), None)
+        except Misplaced as exc:
+            return (seq, exc.event, exc.message)
+        except EventDecodeError:
+            return (seq, None, None)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def entries(self, run_id: str, after: int) -> list[Entry]:
+        """The run's stored events after ``after``, up to at least the event being handled (when
+        it is this run's) or else the newest one in the log."""
+        await self._ensure_started()
+        key = sanitize_token(run_id)
+        at = _handled_seq(self.log, key)
+        if at is not None and self.live:
+            run = self._runs.get(key)
+            if run is not None and (at <= max(run.seq, self.position) or await self._reach(at)):
+                run = self._runs.get(key)  # still held (not forgotten while waiting)?
+                if run is not None:
+                    self._runs.move_to_end(key)
+                    return run.after(after)
+        return await self._read(run_id, key, after)
+
+    async def _reach(self, seq: int) -> bool:
+        """Wait (bounded) until the feed has delivered ``seq``; ``False`` when it did not."""
+        if self._stalled_at == self.position:
+            return False  # it timed out here before and has not moved since
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (seq, next(self._ids), future))
+        try:
+            await asyncio.wait_for(future, self.wait_s)
+            return True
+        except TimeoutError:
+            self._stalled_at = self.position
+            return False
+
+    async def _read(self, run_id: str, key: str, after: int) -> list[Entry]:
+        """Read what the feed does not hold of the run, and keep the run from then on."""
+        epoch = self._epoch
+        run = self._runs.get(key)
+        start = run.seq if run is not None else 0
+        buffer = self._loading.setdefault(key, [])
+        self._loaders[key] = self._loaders.get(key, 0) + 1
+        try:
+            self.reads += 1
+            raws = await self.reader.after(self.log.subjects.run(run_id), start)
+        finally:
+            self._loaders[key] -= 1
+            if not self._loaders[key]:
+                del self._loaders[key]
+                del self._loading[key]
+        read = [self._entry(raw.seq, raw.subject, raw.data) for raw in raws]
+        if run is not None and self._runs.get(key) is not run:  # forgotten while reading
+            if start > after:
+                return await self._read(run_id, key, after)  # read it whole, from the start
+            return [e for e in read if e[0] > after]
+        if run is None:
+            if epoch != self._epoch:
+                return [e for e in read if e[0] > after]  # complete, but cannot be kept
+            run = self._runs.get(key) or _RunLog()  # another read may have brought it in
+            self._runs[key] = run
+            while len(self._runs) > self.capacity:
+                self._runs.popitem(last=False)
+        for entry in read:
+            run.add(entry)
+        for entry in buffer:
+            run.add(entry)
+        self._runs.move_to_end(key)
+        return run.after(after)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()  # type: ignore[attr-defined]
+        self.live = False
+
+
+def _handled_seq(log_: EventLog, key: str) -> int | None:
+    """The stream sequence of the event being handled, if it is an event of run ``key``."""
+    delivery = handling.get()
+    if delivery is None:
+        return None
+    tokens = delivery.subject.split(".")
+    if len(tokens) != 6 or tokens[0] != log_.cfg.root or tokens[2] != "run" or tokens[3] != key:
+        return None
+    return delivery.seq
+
+
+_feeds: dict[tuple[int, str, str, str], RunFeed] = {}
+
+
+def shared_feed(log_: EventLog) -> RunFeed:
+    """The process's feed for ``log_``'s stream (one per event loop and server): the first
+    loader to ask creates it on its own log's connection."""
+    loop = asyncio.get_running_loop()
+    for k, old in list(_feeds.items()):
+        if old.log.nc.is_closed or old.loop.is_closed():
+            _feeds.pop(k, None)
+    key = (id(loop), str(log_.nc.connected_url or ""), log_.cfg.log_stream, log_.cfg.root)
+    feed = _feeds.get(key)
+    if feed is None or feed.loop is not loop:
+        feed = _feeds[key] = RunFeed(log_)
+    return feed
+
 
 class RunLoader:
+    """One handler's view of runs: folds what the process's feed holds (or ``feed``, when
+    given) into a :class:`RunState` per run, with this handler's ``trust``."""
+
     def __init__(
-        self, log: EventLog, *, capacity: int = CAPACITY, trust: Trust | None = None
+        self,
+        log: EventLog,
+        *,
+        capacity: int = CAPACITY,
+        trust: Trust | None = None,
+        feed: RunFeed | None = None,
     ) -> None:
         self.log = log
         self.trust = trust
-        self.reader = DirectReader(log.nc, log.cfg.log_stream)
         self.capacity = capacity
+        self._feed = feed
         self._cache: OrderedDict[str, RunState] = OrderedDict()
+
+    @property
+    def feed(self) -> RunFeed:
+        if self._feed is None or self._feed.log.nc.is_closed:
+            self._feed = shared_feed(self.log)
+        return self._feed
 
     def scope(self, run_id: str) -> str:
         return self.log.subjects.run(run_id)
 
     async def state(self, run_id: str) -> RunState:
-        """The run folded up to the newest event in the log."""
+        """The run folded up to the event being handled (when it is this run's, see the module
+        docstring), or up to the newest event in the log; never less."""
         state = self._cache.pop(run_id, None) or RunState(run_id, trust=self.trust)
-        for raw in await self.reader.after(self.scope(run_id), state.seq):
-            try:
-                event = self.log.decode(raw.data, subject=raw.subject)
-            except Misplaced as exc:
-                state.reject(exc.event, raw.seq, exc.message)
+        for seq, event, reason in await self.feed.entries(run_id, state.seq):
+            if seq <= state.seq:
                 continue
-            except EventDecodeError:
-                state.seq = raw.seq  # recorded as a dead letter by the handlers; not state
-                continue
-            state.apply(event, raw.seq)
+            if event is None:
+                state.seq = seq  # recorded as a dead letter by the handlers; not state
+            elif reason is not None:
+                state.reject(event, seq, reason)
+            else:
+                state.apply(event, seq)
         self._cache[run_id] = state
         while len(self._cache) > self.capacity:
             self._cache.popitem(last=False)

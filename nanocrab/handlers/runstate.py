@@ -120,6 +120,7 @@ class RunState:
     queued: list[MessageQueued] = field(default_factory=list)  # not yet delivered, in order
     delivered: set[str] = field(default_factory=set)  # ids of message.queued delivered
     reply: ReplySent | None = None
+    reply_turn: int | None = None  # the turn that was current when ``reply`` was sent
     outcome: RunCompleted | RunFailed | RunCancelled | None = None
     revoked: set[str] = field(default_factory=set)
     approvals: dict[str, ApprovalRequested] = field(default_factory=dict)
@@ -232,6 +233,7 @@ class RunState:
                 self.queued.append(event)
             case ReplySent():
                 self.reply = event
+                self.reply_turn = self.turns[-1].index if self.turns else None
             case RunCompleted():
                 self.outcome, self.status = event, "completed"
             case RunFailed():

@@ -70,6 +70,8 @@ def decide(state: RunState, now: datetime) -> list[Event]:
         ]
     if state.status == "new":
         if task.text.strip().startswith("/"):
+            if state.reply is not None:  # the answer is out, its run.completed is not yet
+                return [RunCompleted(reply=state.reply.text, steps=0)]
             return run_command(state)
         prof = profile(task.agent)
         return [
@@ -116,9 +118,13 @@ def decide(state: RunState, now: datetime) -> list[Event]:
         return [*out, _request(state, turn.index + 1, [m.id for m in steer])]
     follow = state.pending("follow_up") + steer
     answer = text_of(turn.response.content)
+    # a decision of more than one event lands one event at a time: decided again in between
+    # (another orchestrator instance, a redelivery), only what is missing is decided
+    replied = state.reply is not None and state.reply_turn == turn.index
+    reply: list[Event] = [] if replied else [ReplySent(text=answer)]
     if follow and len(state.turns) < max_steps(state):
-        return [ReplySent(text=answer), _request(state, turn.index + 1, [m.id for m in follow])]
-    return _finish_completed(state, answer)
+        return [*reply, _request(state, turn.index + 1, [m.id for m in follow])]
+    return _finish_completed(state, answer, reply)
 
 
 def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
@@ -131,10 +137,10 @@ def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
     )
 
 
-def _finish_completed(state: RunState, answer: str) -> list[Event]:
+def _finish_completed(state: RunState, answer: str, reply: list[Event]) -> list[Event]:
     steps = len(state.turns)
     return [
-        ReplySent(text=answer),
+        *reply,
         RunCompleted(reply=answer, steps=steps),
         *_to_parent(state, answer, is_error=False),
     ]

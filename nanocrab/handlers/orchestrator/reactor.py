@@ -1,9 +1,10 @@
 """The orchestrator on the bus: folds the run, decides, appends guarded by the run's sequence.
 
-Consumes every durable event of every run (so it wakes up for whatever moves a run forward) and
-emits the decisions of :func:`decide`. Each decision is appended with an expected last sequence
-on the whole run (``Nats-Expected-Last-Subject-Sequence-Subject``): if anything was appended to
-the run since the state was loaded, the decision is dropped and the newer event decides instead.
+Consumes every durable event of every run that may move it forward (so not its own
+``QUIET_OWN_EVENTS``) and emits the decisions of :func:`decide`. Each decision is appended with
+an expected last sequence on the whole run (``Nats-Expected-Last-Subject-Sequence-Subject``): if
+anything was appended to the run since the state was loaded, the decision is dropped and the newer
+event decides instead.
 So redeliveries, restarts and several orchestrator instances never make two decisions for one
 state.
 
@@ -18,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import nats.errors
 
+from nanocrab.agents import profile
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.replay import read
-from nanocrab.bus.runtime import append_reaction, stamp
+from nanocrab.bus.runtime import append_chained, append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
     BusDeadLettered,
@@ -58,7 +61,12 @@ QUIET_OWN_EVENTS: tuple[type[Event], ...] = (
 """What :func:`decide` emits that never needs a decision of its own: each leaves the run waiting
 for the model, the policy, a tool or a child. Not in the list, because another run's decision
 depends on them: a child's ``task.submitted``, a cascaded ``run.cancelled``, and the
-``tool.completed`` / ``subagent.completed`` a finished child sends its parent."""
+``tool.completed`` / ``subagent.completed`` a finished child sends its parent.
+
+The orchestrator's consumer does not even receive these types (a third of a run's deliveries):
+the broker lets only the orchestrator publish them (``llm.requested`` also the LLM handler, which
+never does), and the bookkeeping they used to trigger (a run's deadline, forgetting an ended run)
+is done when the decision is made."""
 
 RUN_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
@@ -67,7 +75,22 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
 
 class Orchestrator:
     name = "orchestrator"
-    consumes: tuple[type[Event], ...] = (*RUN_EVENTS, BusMalformed, BusDeadLettered)
+    consumes: tuple[type[Event], ...] = (
+        *(t for t in RUN_EVENTS if t not in QUIET_OWN_EVENTS),
+        BusMalformed,
+        BusDeadLettered,
+    )
+    concurrency = 64
+    """Events of different runs are decided side by side (the runtime keeps each run's events
+    in order); every decision is guarded by the run's last sequence anyway."""
+    admission = frozenset({"task.submitted"})
+    """New runs start when :meth:`admit` says so; the events of runs going on come first."""
+    busy_runs = 128
+    """Runs moving at once (decided on in the last ``busy_window_s``) above which new tasks wait
+    in hand: a burst of a thousand tasks then completes run by run, not all at the very end. A
+    run waiting for a person, a slow model or a long tool stops counting after the window, so
+    nothing waits on it."""
+    busy_window_s = 2.0
 
     def __init__(
         self,
@@ -85,6 +108,9 @@ class Orchestrator:
         self.watchdog_interval_s = watchdog_interval_s
         self.deadlines: dict[str, datetime] = {}
         """Open runs (started, not ended) → when they time out: one entry per open run."""
+        self._moving: dict[str, float] = {}  # run → when it was last decided on (monotonic)
+        self._busy_checked = 0.0
+        self._busy = 0
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event] | Reaction:
         if isinstance(event, BusMalformed | BusDeadLettered):
@@ -94,14 +120,15 @@ class Orchestrator:
                 raise TaskRejected("a task.submitted needs a runid (a new ULID) to start a run")
             return []
         if event.source == self.name and isinstance(event, QUIET_OWN_EVENTS):
-            # its own decision: the state it leads to waits on someone else
-            if isinstance(event, RunStarted):
-                self._watch(await self.loader.state(event.run_id))
-            elif isinstance(event, RunCompleted | RunFailed):
-                self.deadlines.pop(event.run_id, None)
-                self.loader.forget(event.run_id)
+            # its own decision (a consumer made before they were filtered out): the state it
+            # leads to waits on someone else, and its bookkeeping was done when it was decided
+            if isinstance(event, RunCompleted | RunFailed):
+                self._ended(event.run_id)
             return []
         state, reaction = await self._decide(event.run_id)
+        if not state.terminal:
+            self._moving[event.run_id] = time.monotonic()
+        self._note(state, reaction.events)  # after: a run this decision ends stops moving
         if isinstance(event, TaskSubmitted) and state.status == "new" and reaction.events:
             await self._start(event, reaction)
             return []
@@ -126,7 +153,8 @@ class Orchestrator:
                         f"on {stored.subject}); every event needs an id of its own: publish "
                         "the task again with a new id"
                     )
-            await self.log.append_batch(rest)
+            scope = reaction.expect.scope if reaction.expect is not None else None
+            await append_chained(self.log, appended, rest, scope)  # as Reaction.chained
         except AppendConflict:
             return  # the run moved on meanwhile: the newer event decides
         except PublishRefused:
@@ -154,7 +182,40 @@ class Orchestrator:
         decision = decide(state, utcnow())
         if state.terminal and not decision:
             self.loader.forget(run_id)
-        return state, Reaction(decision, expect=Expect(state.seq, self.loader.scope(run_id)))
+        guard = Expect(state.seq, self.loader.scope(run_id))
+        return state, Reaction(decision, expect=guard, chained=True)
+
+    def _note(self, state: RunState, decision: Sequence[Event]) -> None:
+        """Bookkeeping for a decision about to be appended: a run it starts gets its deadline, a
+        run it ends is forgotten. If the decision is superseded instead, the newer event's
+        decision (or the watchdog) sets things right."""
+        for e in decision:
+            if e.run_id not in (None, state.run_id):
+                continue  # a child's task, a parent's result
+            if isinstance(e, RunStarted) and state.task is not None:
+                self.deadlines[state.run_id] = e.time + timedelta(
+                    seconds=profile(state.task.agent).timeout_s
+                )
+            elif isinstance(e, RunCompleted | RunFailed):
+                self._ended(state.run_id)
+
+    def _ended(self, run_id: str) -> None:
+        self.deadlines.pop(run_id, None)
+        self._moving.pop(run_id, None)
+        self.loader.forget(run_id)
+
+    def admit(self) -> bool:
+        """Whether to start another run now (the runtime asks; see ``admission``)."""
+        now = time.monotonic()
+        if now - self._busy_checked > 0.01:
+            horizon = now - self.busy_window_s
+            for run_id in [r for r, t in self._moving.items() if t < horizon]:
+                del self._moving[run_id]
+            self._busy, self._busy_checked = len(self._moving), now
+        if self._busy >= self.busy_runs:
+            return False
+        self._busy += 1  # the run it starts, until the next count
+        return True
 
     def _watch(self, state: RunState) -> None:
         """Keep ``deadlines`` to the runs that are open: started, not ended."""

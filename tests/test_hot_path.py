@@ -1,0 +1,194 @@
+"""The handler runtime's hot path: the shared run feed, per-run ordering under concurrency,
+chained guards, decisions on a partly stored decision, and admission of new runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from nanocrab.bus import (
+    Delivery,
+    EventLog,
+    Expect,
+    HandlerRuntime,
+    Reaction,
+    RuntimeOptions,
+    read_run,
+)
+from nanocrab.bus.reactor import handling
+from nanocrab.bus.runtime import append_reaction
+from nanocrab.events import (
+    Event,
+    LlmRequested,
+    LlmResponded,
+    ReplySent,
+    RunCompleted,
+    RunStarted,
+    TaskSubmitted,
+    TextBlock,
+    new_event_id,
+    utcnow,
+)
+from nanocrab.handlers.orchestrator import Orchestrator, decide
+from nanocrab.handlers.runloader import RunFeed, RunLoader
+from nanocrab.handlers.runstate import RunState
+
+from .conftest import eventually
+
+
+async def _seed(log: EventLog, run: str) -> list[int]:
+    seqs = []
+    for e in (
+        TaskSubmitted(text="t", run_id=run, task_id=run),
+        RunStarted(run_id=run, task_id=run, source="orchestrator"),
+        LlmRequested(turn=0, run_id=run, source="orchestrator"),
+    ):
+        seqs.append((await log.append(e)).seq)
+    return seqs
+
+
+def _types(state: RunState) -> list[str]:
+    return [e.type for e in state.events]
+
+
+async def test_the_feed_answers_from_memory_and_matches_the_log(log: EventLog) -> None:
+    feed = RunFeed(log)
+    loader = RunLoader(log, feed=feed)
+    run = new_event_id()
+    await feed._ensure_started()
+    assert feed.live
+    seqs = await _seed(log, run)
+    first = await loader.state(run)  # not known yet: one read
+    assert feed.reads == 1 and _types(first)[-1] == "llm.requested"
+    answer = LlmResponded(
+        provider="p", model="m", content=[TextBlock("hi")], stop_reason="end_turn", turn=0,
+        run_id=run,
+    )  # fmt: skip
+    appended = await log.append(answer)
+    token = handling.set(Delivery(appended.seq, appended.subject))
+    try:
+        state = await loader.state(run)  # the delivery in hand: the feed reaches it, no read
+    finally:
+        handling.reset(token)
+    assert feed.reads == 1, "the run was known: answered from the feed"
+    assert state.seq == appended.seq and state.current and state.current.response is not None
+    stored = [s.event.type for s in await read_run(log, run) if s.event is not None]
+    assert _types(state) == stored and seqs[0] == state.task_seq
+    await feed.close()
+
+
+async def test_a_feed_that_lost_track_reads_again(log: EventLog) -> None:
+    feed = RunFeed(log, wait_s=0.05)
+    loader = RunLoader(log, feed=feed)
+    run = new_event_id()
+    await feed._ensure_started()
+    await _seed(log, run)
+    await loader.state(run)
+    feed._forget_all()  # what a consumer reset or a gap does
+    done = await log.append(RunCompleted(reply="x", steps=1, run_id=run, source="orchestrator"))
+    token = handling.set(Delivery(done.seq, done.subject))
+    try:
+        state = await loader.state(run)
+    finally:
+        handling.reset(token)
+    assert feed.reads == 2 and state.status == "completed" and state.seq == done.seq
+    await feed.close()
+
+
+async def test_without_a_delivery_the_loader_reads_up_to_the_newest(log: EventLog) -> None:
+    loader = RunLoader(log)
+    run = new_event_id()
+    await _seed(log, run)
+    assert (await loader.state(run)).status == "running"
+    await log.append(RunCompleted(reply="x", steps=1, run_id=run, source="orchestrator"))
+    assert (await loader.state(run)).status == "completed", "no delivery in hand: the newest"
+
+
+class _Recorder:
+    name = "recorder"
+    consumes: tuple[type[Event], ...] = (ReplySent,)
+    concurrency = 8
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[str]] = {}
+        self.active = 0
+        self.most = 0
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        await asyncio.sleep(0.01 if event.text.endswith("0") else 0.002)  # type: ignore[attr-defined]
+        self.seen.setdefault(event.run_id or "", []).append(event.text)  # type: ignore[attr-defined]
+        self.active -= 1
+        return []
+
+
+@contextlib.asynccontextmanager
+async def _running(rt: HandlerRuntime) -> AsyncIterator[HandlerRuntime]:
+    task = asyncio.create_task(rt.run())
+    try:
+        yield rt
+    finally:
+        rt.stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_concurrency_is_across_runs_never_within_one(log: EventLog) -> None:
+    reactor = _Recorder()
+    opts = RuntimeOptions(fetch_timeout_s=0.5, concurrency=8)
+    runs = [new_event_id() for _ in range(4)]
+    events = [ReplySent(text=f"{i}", run_id=r) for i in range(5) for r in runs]
+    await log.append_batch(events)
+    async with _running(HandlerRuntime(log, reactor, options=opts)):
+
+        async def all_handled() -> bool:
+            return sum(map(len, reactor.seen.values())) == len(events)
+
+        await eventually(all_handled)
+    assert all(seen == ["0", "1", "2", "3", "4"] for seen in reactor.seen.values())
+    assert reactor.most > 1, "runs were handled side by side"
+
+
+async def test_a_chained_reaction_stops_at_the_first_conflict(log: EventLog) -> None:
+    run = new_event_id()
+    task = TaskSubmitted(text="t", run_id=run, task_id=run)
+    at = (await log.append(task)).seq
+    scope = log.subjects.run(run)
+    racer = Reaction([LlmRequested(turn=0)], expect=Expect(at, scope))
+    mine = Reaction([RunStarted(), LlmRequested(turn=0)], expect=Expect(at, scope), chained=True)
+    first = await append_reaction(log, "a", task, Reaction([RunStarted()], expect=racer.expect))
+    assert first
+    assert not await append_reaction(log, "b", task, mine), "the run moved: nothing of it"
+    stored = [s.event.type for s in await read_run(log, run) if s.event is not None]
+    assert stored == ["task.submitted", "run.started"]
+
+
+def _answered(run: str) -> list[Event]:
+    return [
+        TaskSubmitted(text="t", run_id=run),
+        RunStarted(max_steps=5),
+        LlmRequested(turn=0),
+        LlmResponded(
+            provider="p", model="m", content=[TextBlock("done")], stop_reason="end_turn", turn=0
+        ),
+    ]
+
+
+def test_a_decision_half_stored_is_completed_not_repeated() -> None:
+    state = RunState("r")
+    for i, e in enumerate(_answered("r"), 1):
+        state.apply(e, i)
+    assert [e.type for e in decide(state, utcnow())] == ["reply.sent", "run.completed"]
+    state.apply(ReplySent(text="done"), 9)  # another instance's first half landed
+    assert [e.type for e in decide(state, utcnow())] == ["run.completed"]
+
+
+async def test_new_runs_wait_while_many_are_moving(log: EventLog) -> None:
+    orchestrator = Orchestrator(log)
+    orchestrator.busy_runs = 2
+    assert orchestrator.admit() and orchestrator.admit()
+    assert not orchestrator.admit(), "two started since the last count"
+    orchestrator._busy_checked = 0.0
+    orchestrator._moving = {"r1": 0.0}  # moved long ago: waiting on someone, not counted
+    assert orchestrator.admit()

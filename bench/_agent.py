@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -28,21 +29,21 @@ from nanocrab.bus import EventLog, Reactor, RuntimeOptions, Stored, read_run, sa
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.host import Host
 from nanocrab.events import TaskSubmitted, new_event_id
-from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.llm import ScriptedProvider
-from nanocrab.llm.base import DeltaSink, Message, ModelRequest, ModelResponse, Provider
+from nanocrab.llm.base import DeltaSink, ModelRequest, ModelResponse, Provider
 from nanocrab.policy import Policy
 from nanocrab.projections import (
     SessionsProjection,
     all_projections,
     default_url,
     make_engine,
-    session_history,
 )
+from nanocrab.projections.sessions import session_snapshot
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
@@ -104,9 +105,7 @@ def build_reactors(
     skills = SkillLibrary.discover([bundled_skills_dir()])
     registry = ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool()])
 
-    async def session(session_id: str, run_id: str, before_seq: int) -> list[Message]:
-        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
-        return history_messages(rows)
+    session = SessionIndex(log, snapshot=partial(session_snapshot, engine))
 
     keys = KeyRing(workspace.parent / "keys")
     policy_keys = frozenset({keys.public_key("policy")})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,14 +21,14 @@ from nanocrab.events import (
     TaskSubmitted,
     new_event_id,
 )
-from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
-from nanocrab.llm.base import Message, Provider
+from nanocrab.handlers.sessions import SessionIndex
+from nanocrab.llm.base import Provider
 from nanocrab.policy import Policy
-from nanocrab.projections import session_history
+from nanocrab.projections.sessions import session_snapshot
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, bundled_skills_dir
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
@@ -72,9 +73,7 @@ def agent_reactors(
     keys = keys or KeyRing(workspace.parent / f"{workspace.name}-keys")
     policy_keys = frozenset({keys.public_key("policy")})
 
-    async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
-        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
-        return history_messages(rows)
+    history = SessionIndex(log, snapshot=partial(session_snapshot, engine))
 
     reactors: list[Reactor] = [
         Orchestrator(log, name=n, trust=signed_by(policy_keys)) for n in orchestrators

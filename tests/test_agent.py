@@ -502,7 +502,7 @@ async def test_a_new_task_sees_its_session_history(
         first = submit("my name is Ada", workspace, session_id="s-42")
         await log.append(first)
         await finished(log, first.run_id or "")
-        # no pause: the LLM handler waits for the sessions projection to reach the new task
+        # no pause: the LLM handler's session index folds the log up to the new task first
         second = submit("what is my name?", workspace, session_id="s-42")
         await log.append(second)
         await finished(log, second.run_id or "")

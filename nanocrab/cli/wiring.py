@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,15 +13,16 @@ from nanocrab.bus import EventLog, Reactor
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.settings import Settings
 from nanocrab.handlers.capgen import CapgenHandler
-from nanocrab.handlers.conversation import history_messages
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
-from nanocrab.llm.base import Message, Provider
+from nanocrab.llm.base import Provider
 from nanocrab.policy import Policy, load_policy
-from nanocrab.projections import capability, list_capabilities, session_history
+from nanocrab.projections import capability, list_capabilities
+from nanocrab.projections.sessions import session_snapshot
 from nanocrab.sandbox import Sandbox
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
@@ -133,9 +135,9 @@ def build_reactors(
         ]
     )
 
-    async def history(session_id: str, run_id: str, before_seq: int) -> list[Message]:
-        rows = await session_history(engine, session_id, run_id, before_seq=before_seq)
-        return history_messages(rows)
+    # the session's earlier messages, folded from the log (never stale, no wait on SQL);
+    # the sessions projection loads a session this process has not seen yet
+    history = SessionIndex(logs("llm"), snapshot=partial(session_snapshot, engine))
 
     rules = policy or load_policy(settings.policy_file)
     keys = KeyRing(settings.keys_dir)

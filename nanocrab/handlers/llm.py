@@ -39,8 +39,8 @@ from nanocrab.tools.registry import ToolRegistry
 
 SessionHistory = Callable[[str, str, int], Awaitable[list[Message]]]
 """(session_id, current run_id, task sequence) → the session's messages from before the task,
-oldest first. Implementations must not answer from a read model that has not yet seen
-everything before that sequence."""
+oldest first. Implementations must not answer from anything that has not yet seen everything
+before that sequence: :class:`~nanocrab.handlers.sessions.SessionIndex` folds the log itself."""
 
 _DELTA_FLUSH_CHARS = 200
 _DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
@@ -129,7 +129,8 @@ class LlmHandler:
                 return out
 
     async def _history(self, state: RunState) -> list[Message]:
-        """The session's earlier messages, fetched once per run (they cannot change under it)."""
+        """The session's messages stored before the task, fetched once per run (they cannot
+        change under it)."""
         task = state.task
         if self.history is None or task is None or not task.session_id or task.parent_run_id:
             return []

@@ -7,8 +7,9 @@ session: its history no longer feeds new tasks.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import (
     BigInteger,
@@ -19,8 +20,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
+    inspect,
     select,
 )
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
@@ -50,9 +55,22 @@ archived_sessions = Table(
 )
 
 
+_SESSION_EVENTS = (TaskSubmitted, MessageQueued, ReplySent, SessionArchived)
+
+
 class SessionsProjection:
+    """A sparse projection (``projections/base.py``): most of the log is other events, which
+    cost no transaction, and live events are gathered into a few. Nobody waits on its
+    checkpoint: the LLM handler folds the same events from the log itself."""
+
     name = "sessions"
     tables = (session_messages, archived_sessions)
+    lazy_checkpoint_s = 1.0
+    gather_s = 0.1
+
+    @staticmethod
+    def relevant(stored: Stored) -> bool:
+        return isinstance(stored.event, _SESSION_EVENTS)
 
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.>"
@@ -88,32 +106,14 @@ class SessionsProjection:
 
 
 async def session_history(
-    engine: AsyncEngine,
-    session_id: str,
-    exclude_run_id: str,
-    *,
-    before_seq: int = 0,
-    wait_s: float = 5.0,
-    limit: int = 200,
+    engine: AsyncEngine, session_id: str, exclude_run_id: str, *, limit: int = 200
 ) -> list[tuple[str, str]]:
-    """The session's earlier ``(role, text)`` messages (newest ``limit``, oldest first); empty
-    when the session was archived.
+    """The session's ``(role, text)`` messages as the projection holds them now (newest
+    ``limit``, oldest first), leaving out run ``exclude_run_id``; empty when it was archived.
 
-    Waits (up to ``wait_s``) until the projection has applied everything before ``before_seq``,
-    so a task that follows a reply at once still sees that reply.
+    A read model lags the log: the LLM handler takes a task's history from the log instead
+    (``handlers/sessions.py``), which asks :func:`session_snapshot` for a session once.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    while before_seq > 1:
-        async with engine.connect() as conn:
-            position = await conn.scalar(
-                select(checkpoints.c.stream_seq).where(
-                    checkpoints.c.name == SessionsProjection.name
-                )
-            )
-        if (position or 0) >= before_seq - 1 or loop.time() > deadline:
-            break
-        await asyncio.sleep(0.005)
     async with engine.connect() as conn:
         archived = await conn.scalar(
             select(archived_sessions.c.archived).where(archived_sessions.c.session_id == session_id)
@@ -128,3 +128,63 @@ async def session_history(
             .limit(limit)
         )
         return [(str(role), str(text)) for role, text in reversed(result.all())]
+
+
+class SessionRow(NamedTuple):
+    seq: int
+    event_id: str
+    run_id: str
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """One session as the projection held it at stream sequence ``position``: its newest rows
+    up to there (oldest first) and whether it was archived (by then or since: the archive has
+    no sequence). ``position`` 0: the projection has nothing yet (or no tables at all)."""
+
+    position: int
+    archived: bool
+    rows: tuple[SessionRow, ...]
+
+
+async def session_snapshot(
+    engine: AsyncEngine, session_id: str, *, up_to: int, limit: int
+) -> SessionSnapshot:
+    """The session's rows at the projection's checkpoint or ``up_to``, whichever is lower.
+
+    One statement, so one consistent view: the checkpoint commits with every row at or below
+    it. What lies between the checkpoint and ``up_to`` is for the caller to read from the log.
+    """
+    cp, ar, m = checkpoints.c, archived_sessions.c, session_messages.c
+    query = (
+        select(cp.stream_seq, ar.archived, m.seq, m.event_id, m.run_id, m.role, m.text)
+        .select_from(
+            checkpoints.outerjoin(archived_sessions, ar.session_id == session_id).outerjoin(
+                session_messages,
+                and_(m.session_id == session_id, m.seq <= cp.stream_seq, m.seq <= up_to),
+            )
+        )
+        .where(cp.name == SessionsProjection.name)
+        .order_by(m.seq.desc())
+        .limit(limit)
+    )
+    async with engine.connect() as conn:
+        try:
+            found = (await conn.execute(query)).all()
+        except DBAPIError:
+            await conn.rollback()
+            if await conn.run_sync(_has_tables):
+                raise
+            found = []  # no projector has set the sessions projection up here yet
+    if not found:
+        return SessionSnapshot(0, False, ())
+    rows = tuple(SessionRow(int(r[2]), str(r[3]), str(r[4]), str(r[5]), str(r[6]))
+                 for r in reversed(found) if r[2] is not None)  # fmt: skip
+    return SessionSnapshot(min(int(found[0][0]), up_to), bool(found[0][1]), rows)
+
+
+def _has_tables(conn: Connection) -> bool:
+    names = set(inspect(conn).get_table_names())
+    return all(t.name in names for t in (checkpoints, session_messages, archived_sessions))

@@ -1,0 +1,393 @@
+"""Session history for the LLM handler, folded from the log in memory (no waiting on SQL).
+
+A session spans many runs; a new task's model call starts with the session's earlier messages:
+the task texts, steer / follow-up messages and replies of its top-level runs. ``/new`` archives a
+session (``session.archived``): from then on it feeds no history. The ``sessions`` projection
+folds the same events into SQL (``projections/sessions.py``; a test keeps the two in agreement).
+
+Freshness, the guarantee this exists for: one ordered consumer, filtered to those four event
+types, folds them into the sessions the index holds and advances ``position`` (the stream
+sequence of the last message it folded). The history of the task stored at sequence T is
+answered only once ``position >= T``: the task's own ``task.submitted`` passes the filter and
+delivery is in stream order, so every earlier message of the session has been folded. A task
+submitted right after the previous run's reply therefore sees that reply — no polling, and no
+read model to wait for. The answer is the session's messages stored before T, so a run's history
+is fixed (later runs of the session never leak into it).
+
+Bounded memory (``bench/soak.py``): at most ``capacity`` sessions (least recently used out), each
+its newest ``limit + SLACK`` messages. A session not held (new to this process, or evicted) is
+loaded once, up to the current position: the ``sessions`` projection's rows up to its checkpoint
+when a snapshot source is given, then the log from there (batched direct gets per event type),
+while live messages of that session already fold into the entry being loaded. Without a snapshot
+source (no SQL in this process) the log alone is read. A top-level ``task.submitted`` of a
+session not held starts that load as it arrives, so it overlaps with the orchestrator starting
+the run instead of delaying the first model call (at most ``capacity // 4`` loads at once).
+
+If the consumer falls behind (more than ``wait_s``), or a session holds too few messages to
+answer, that one request reads the same way up to T, uncached: slower, never stale. After a
+reconnect the consumer and the entries are rebuilt, since an ordered consumer may not survive
+one (nats.py issue #504).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.client import JetStreamContext
+
+from nanocrab.bus import BusError, EventLog, TransientError
+from nanocrab.bus.connection import reconnects_of
+from nanocrab.bus.direct import DirectReader
+from nanocrab.bus.replay import position
+from nanocrab.events import (
+    Event,
+    EventDecodeError,
+    MessageQueued,
+    ReplySent,
+    SessionArchived,
+    TaskSubmitted,
+)
+from nanocrab.handlers.conversation import history_messages
+from nanocrab.llm.base import Message
+
+HISTORY_TYPES = ("task.submitted", "message.queued", "reply.sent", "session.archived")
+"""The event types a session's history is made of (the index's consumer filter)."""
+
+CAPACITY = 256
+"""Sessions an index keeps (least recently used first out); an evicted one is loaded again."""
+
+LIMIT = 200
+"""Messages of history a task gets at most (the newest)."""
+
+SLACK = 64
+"""Messages kept beyond ``LIMIT`` per session, for those stored after a task still in flight."""
+
+_BUS_ERRORS = (BusError, nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError)
+
+
+class Snapshot(Protocol):
+    """A session as a read model held it at ``position`` (see ``session_snapshot``)."""
+
+    @property
+    def position(self) -> int: ...
+    @property
+    def archived(self) -> bool: ...
+    @property
+    def rows(self) -> Sequence[tuple[int, str, str, str, str]]:
+        """``(seq, event_id, run_id, role, text)``, oldest first, all at or below ``position``."""
+        ...
+
+
+class SnapshotSource(Protocol):
+    """Reads one session up to ``up_to`` at most (its newest ``limit`` rows)."""
+
+    def __call__(self, session_id: str, *, up_to: int, limit: int) -> Awaitable[Snapshot]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """One message of a session: where it is in the log, whose run, who said what."""
+
+    seq: int
+    event_id: str
+    run_id: str
+    role: str
+    text: str
+
+
+def said(event: Event, seq: int) -> Said | None:
+    """The history message ``event`` is, if any: what the ``sessions`` projection stores."""
+    if not event.session_id or not event.run_id:
+        return None
+    match event:
+        case TaskSubmitted(text=text) if not event.parent_run_id and not text.startswith("/"):
+            role = "user"
+        case MessageQueued(text=text):
+            role = "user"
+        case ReplySent(text=text):
+            role = "assistant"
+        case _:
+            return None
+    return Said(seq, event.id, event.run_id, role, text)
+
+
+def archives(event: Event) -> bool:
+    return isinstance(event, SessionArchived) and bool(event.session_id and event.run_id)
+
+
+@dataclass(slots=True)
+class SessionEntry:
+    """What an index knows of one session: its newest messages in log order, each event once."""
+
+    keep: int
+    messages: list[Said] = field(default_factory=list)
+    archived_at: int | None = None
+    """Sequence of its first ``session.archived``; 0 when a snapshot said so (no sequence)."""
+    complete: bool = True
+    """No older message was dropped: ``messages`` is the whole session."""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: bool = False
+
+    def add(self, message: Said) -> None:
+        """Fold a message stored after everything held (a second copy of an event: nothing)."""
+        if any(m.event_id == message.event_id for m in self.messages):
+            return
+        self.messages.append(message)
+        if len(self.messages) > self.keep:
+            del self.messages[0]
+            self.complete = False
+
+    def archive(self, seq: int) -> None:
+        if self.archived_at is None or seq < self.archived_at:
+            self.archived_at = seq
+
+    def prepend(self, older: SessionEntry) -> None:
+        """Put what was loaded up to some sequence before what was folded live after it."""
+        live, self.messages = self.messages, []
+        for m in (*older.messages, *live):
+            self.add(m)
+        self.complete = self.complete and older.complete
+        if older.archived_at is not None:
+            self.archive(older.archived_at)
+
+    def history(self, before_seq: int, run_id: str, limit: int) -> list[tuple[str, str]] | None:
+        """The newest ``limit`` messages stored before ``before_seq`` outside run ``run_id``;
+        ``None`` when messages dropped from this entry may be among them."""
+        if self.archived_at is not None and self.archived_at < before_seq:
+            return []
+        found = [m for m in self.messages if m.seq < before_seq and m.run_id != run_id]
+        if len(found) < limit and not self.complete:
+            return None
+        return [(m.role, m.text) for m in found[-limit:]]
+
+
+class SessionIndex:
+    """A :data:`~nanocrab.handlers.llm.SessionHistory`: call it with (session id, run id, the
+    task's sequence). One per process is enough; it needs no projector in the process."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        snapshot: SnapshotSource | None = None,
+        capacity: int = CAPACITY,
+        limit: int = LIMIT,
+        wait_s: float = 5.0,
+    ) -> None:
+        self.log = log
+        self.snapshot = snapshot
+        self.capacity = capacity
+        self.limit = limit
+        self.keep = limit + SLACK
+        self.wait_s = wait_s
+        self.position = 0
+        """Stream sequence of the last message folded: nothing at or below it is missing."""
+        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+        self._cache: OrderedDict[str, SessionEntry] = OrderedDict()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._prefetching: set[asyncio.Task[None]] = set()
+        self._sub: JetStreamContext.PushSubscription | None = None
+        self._generation = -1
+        self._lock = asyncio.Lock()
+        self._filters = [log.subjects.of_type(t) for t in HISTORY_TYPES]
+
+    async def __call__(self, session_id: str, run_id: str, before_seq: int) -> list[Message]:
+        """The session's messages stored before ``before_seq`` (oldest first), as model
+        messages; empty once the session was archived before it."""
+        if before_seq <= 1:
+            return []
+        try:
+            await self._follow()
+            rows = None
+            if await self._reach(before_seq):
+                rows = (await self._entry(session_id)).history(before_seq, run_id, self.limit)
+            if rows is None:  # the consumer is late, or the entry dropped what this needs
+                entry = await self._load(session_id, up_to=before_seq - 1)
+                rows = entry.history(before_seq, run_id, self.limit) or []
+        except _BUS_ERRORS as exc:
+            raise TransientError(f"session history of {session_id}: {exc!r}") from exc
+        return history_messages(rows)
+
+    def cached(self) -> list[str]:
+        return list(self._cache)
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._unsubscribe()
+        for task in list(self._prefetching):
+            task.cancel()
+        await asyncio.gather(*self._prefetching, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        """Subscribe from the end of the log, once per connection generation."""
+        generation = reconnects_of(self.log.nc).generation
+        if self._sub is not None and generation == self._generation:
+            return
+        async with self._lock:
+            generation = reconnects_of(self.log.nc).generation
+            if self._sub is not None and generation == self._generation:
+                return
+            await self._unsubscribe()
+            self._cache.clear()  # folded on a consumer that may have lost messages
+            start = await self.log.stream_last_seq() + 1
+            self.position = max(self.position, start - 1)
+            self._sub = await self.log.js.subscribe(
+                self._filters[0],
+                stream=self.log.cfg.log_stream,
+                cb=self._on_msg,
+                ordered_consumer=True,
+                idle_heartbeat=2.0,
+                config=ConsumerConfig(
+                    filter_subjects=self._filters,
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=start,
+                ),
+                pending_msgs_limit=1_000_000,
+                pending_bytes_limit=256 * 1024 * 1024,
+            )
+            self._generation = generation
+            self._wake()
+
+    async def _unsubscribe(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            with contextlib.suppress(*_BUS_ERRORS):
+                await sub.unsubscribe()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        seq = position(msg).stream_seq
+        if seq <= self.position:
+            return  # an ordered consumer re-created from an earlier sequence
+        try:
+            event: Event | None = self.log.decode(msg.data, subject=msg.subject)
+        except EventDecodeError:
+            event = None  # not history; the handlers' dead-letter path records it
+        if event is not None and event.session_id:
+            entry = self._cache.get(event.session_id)
+            if entry is None and isinstance(event, TaskSubmitted) and said(event, seq):
+                self._prefetch(event.session_id)
+                entry = self._cache.get(event.session_id)
+            if entry is not None:
+                _fold(entry, event, seq)
+        self.position = seq
+        if self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        still = []
+        for seq, waiter in self._waiters:
+            if seq <= self.position and not waiter.done():
+                waiter.set_result(None)
+            elif not waiter.done():
+                still.append((seq, waiter))
+        self._waiters = still
+
+    async def _reach(self, seq: int) -> bool:
+        """Wait (up to ``wait_s``) until everything up to ``seq`` has been folded."""
+        if self.position >= seq:
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, waiter))
+        try:
+            await asyncio.wait_for(waiter, self.wait_s)
+        except TimeoutError:
+            self._waiters = [(s, w) for s, w in self._waiters if w is not waiter]
+            return False
+        return self.position >= seq
+
+    async def _entry(self, session_id: str) -> SessionEntry:
+        """The session's entry, loading it up to the current position if not held."""
+        entry = self._cache.get(session_id)
+        if entry is not None:
+            self._cache.move_to_end(session_id)
+            await entry.ready.wait()
+            if not entry.failed:
+                return entry
+            return await self._entry(session_id)  # its load failed: try once more, ourselves
+        entry, base = self._open(session_id)
+        await self._fill(session_id, entry, base)
+        return entry
+
+    def _open(self, session_id: str) -> tuple[SessionEntry, int]:
+        """A new entry, held from now on: live messages after ``base`` fold into it while what
+        came up to ``base`` is loaded."""
+        entry = SessionEntry(self.keep)
+        self._cache[session_id] = entry
+        while len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return entry, self.position
+
+    async def _fill(self, session_id: str, entry: SessionEntry, base: int) -> None:
+        try:
+            entry.prepend(await self._load(session_id, up_to=base))
+        except BaseException:
+            entry.failed = True  # whoever waits on it loads the session again, itself
+            if self._cache.get(session_id) is entry:
+                del self._cache[session_id]
+            raise
+        finally:
+            entry.ready.set()
+
+    def _prefetch(self, session_id: str) -> None:
+        """Start loading a session whose task just arrived, so its first model call finds it
+        held (the load overlaps with the orchestrator starting the run)."""
+        if len(self._prefetching) >= self.capacity // 4:
+            return  # a burst of new sessions: the model calls load them on demand
+        entry, base = self._open(session_id)
+        task = asyncio.create_task(self._fill(session_id, entry, base))
+        self._prefetching.add(task)
+        task.add_done_callback(self._prefetched)
+
+    def _prefetched(self, task: asyncio.Task[None]) -> None:
+        self._prefetching.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen: the entry is marked failed and loaded again on demand
+
+    async def _load(self, session_id: str, *, up_to: int) -> SessionEntry:
+        """The session up to stream sequence ``up_to``: the snapshot's rows, then the log."""
+        entry = SessionEntry(self.keep)
+        entry.ready.set()
+        after = 0
+        if self.snapshot is not None:
+            snap = await self.snapshot(session_id, up_to=up_to, limit=self.keep)
+            after = snap.position
+            for seq, event_id, run_id, role, text in snap.rows:
+                entry.add(Said(seq, event_id, run_id, role, text))
+            entry.complete = len(snap.rows) < self.keep
+            if snap.archived:
+                entry.archive(0)
+        if after < up_to:
+            for seq, event in await self._read(after, up_to):
+                if event.session_id == session_id:
+                    _fold(entry, event, seq)
+        return entry
+
+    async def _read(self, after: int, up_to: int) -> list[tuple[int, Event]]:
+        """The history events stored in ``(after, up_to]``, in log order (every session's)."""
+        pages = await asyncio.gather(
+            *(self.reader.after(f, after, up_to=up_to) for f in self._filters)
+        )
+        out = []
+        for raw in sorted((m for page in pages for m in page), key=lambda m: m.seq):
+            try:
+                out.append((raw.seq, self.log.decode(raw.data, subject=raw.subject)))
+            except EventDecodeError:
+                continue
+        return out
+
+
+def _fold(entry: SessionEntry, event: Event, seq: int) -> None:
+    message = said(event, seq)
+    if message is not None:
+        entry.add(message)
+    elif archives(event):
+        entry.archive(seq)

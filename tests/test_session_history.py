@@ -1,0 +1,237 @@
+"""The LLM handler's session history (``handlers/sessions.py``): never stale, the same as the
+``sessions`` projection says, bounded, and independent of any projector in the process."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import EventLog
+from nanocrab.events import (
+    Event,
+    MessageQueued,
+    ReplySent,
+    RunStarted,
+    SessionArchived,
+    TaskSubmitted,
+    new_event_id,
+)
+from nanocrab.handlers import sessions as sessions_module
+from nanocrab.handlers.sessions import SessionIndex, Snapshot
+from nanocrab.llm.base import Message
+from nanocrab.projections import Projector, SessionsProjection, session_history
+from nanocrab.projections.sessions import SessionSnapshot, session_snapshot
+
+from .conftest import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def env(run: str, session: str = "s-1") -> dict[str, Any]:
+    return {"run_id": run, "task_id": run, "session_id": session, "source": "t"}
+
+
+def texts(messages: list[Message]) -> list[tuple[str, str]]:
+    return [(m.role, "|".join(b.text for b in m.content)) for m in messages]  # type: ignore[union-attr]
+
+
+def turn(run: str, ask: str, answer: str, session: str = "s-1") -> list[Event]:
+    return [
+        TaskSubmitted(text=ask, **env(run, session)),
+        RunStarted(**env(run, session)),
+        ReplySent(text=answer, **env(run, session)),
+    ]
+
+
+async def test_a_task_right_after_a_reply_sees_it_even_when_sql_lags(log: EventLog) -> None:
+    """The stale-history bug: the read model has not caught up when the next task starts."""
+
+    @dataclass(frozen=True)
+    class Frozen:  # a sessions projection stuck before the first run
+        position: int = 1
+        archived: bool = False
+        rows: tuple[tuple[int, str, str, str, str], ...] = ()
+
+    async def lagging(session_id: str, *, up_to: int, limit: int) -> Snapshot:
+        return Frozen()
+
+    index = SessionIndex(log, snapshot=lagging)
+    for _ in range(2):
+        await log.append(RunStarted(**env("warm-up", "other")))
+    assert await index("s-1", "r0", 2) == []  # the index holds s-1 and follows the log
+    for e in turn("r1", "my name is Ada", "noted"):
+        await log.append(e)
+    second = await log.append(TaskSubmitted(text="what is my name?", **env("r2")))
+    assert texts(await index("s-1", "r2", second.seq)) == [
+        ("user", "my name is Ada"), ("assistant", "noted"),
+    ]  # fmt: skip
+
+
+async def test_a_task_not_yet_folded_is_waited_for_not_answered_early(log: EventLog) -> None:
+    index = SessionIndex(log)
+    await log.append(RunStarted(**env("warm-up", "other")))
+    first = await log.append(TaskSubmitted(text="hello", **env("r1")))
+    assert await index("s-1", "r1", first.seq) == []  # now following the log, holding s-1
+    # asked for a task two events ahead of the log: the answer must include the reply between
+    asking = asyncio.create_task(index("s-1", "r2", first.seq + 2))
+    await log.append(ReplySent(text="hi", **env("r1")))
+    second = await log.append(TaskSubmitted(text="again", **env("r2")))
+    assert second.seq == first.seq + 2
+    assert texts(await asking) == [("user", "hello"), ("assistant", "hi")]
+
+
+async def test_history_is_what_was_stored_before_the_task(log: EventLog) -> None:
+    index = SessionIndex(log)
+    for e in turn("r1", "one", "first answer"):
+        await log.append(e)
+    t2 = await log.append(TaskSubmitted(text="two", **env("r2")))
+    for e in [*turn("r3", "three", "third answer"), ReplySent(text="second answer", **env("r2"))]:
+        await log.append(e)
+    # r2's history leaves out its own messages and r3, which came after it
+    assert texts(await index("s-1", "r2", t2.seq)) == [
+        ("user", "one"), ("assistant", "first answer"),
+    ]  # fmt: skip
+
+
+async def test_the_index_and_the_projection_agree(log: EventLog, engine: AsyncEngine) -> None:
+    events: list[Event] = [
+        *turn("r1", "my name is Ada", "noted"),
+        TaskSubmitted(text="/help", **env("r2")),  # a command is no message
+        ReplySent(text="commands: ...", **env("r2")),
+        TaskSubmitted(text="look it up", parent_run_id="r1", **env("child")),  # a subagent
+        MessageQueued(mode="steer", text="faster please", **env("r1")),
+        TaskSubmitted(text="other session", **env("x1", "s-2")),
+        ReplySent(text="no run id", session_id="s-1", source="t"),  # not a run's: ignored
+    ]
+    appended = await log.append_batch(events)
+    # a second copy of an event (re-sent after the duplicate window) changes nothing
+    raw = await log.get(appended[2].seq)
+    await log.js.publish(raw.subject, raw.data, headers={"Nats-Msg-Id": new_event_id()})
+    last = await log.append(TaskSubmitted(text="and now?", **env("r9")))
+
+    projector = Projector(log, engine, SessionsProjection())
+    await projector.catch_up()
+    from_sql = await session_history(engine, "s-1", exclude_run_id="r9")
+    assert from_sql == [
+        ("user", "my name is Ada"), ("assistant", "noted"), ("assistant", "commands: ..."),
+        ("user", "faster please"),
+    ]  # fmt: skip
+    for index in (
+        SessionIndex(log),  # from the log alone
+        SessionIndex(log, snapshot=partial(session_snapshot, engine)),  # SQL, then the log
+    ):
+        got = await index("s-1", "r9", last.seq)
+        flat = [(m.role, b.text) for m in got for b in m.content]  # type: ignore[union-attr]
+        assert flat == from_sql
+
+
+async def test_a_session_archived_before_the_task_has_no_history(log: EventLog) -> None:
+    index = SessionIndex(log)
+    for e in turn("r1", "one", "answer"):
+        await log.append(e)
+    t2 = await log.append(TaskSubmitted(text="two", **env("r2")))
+    await log.append(SessionArchived(next_session_id="s-next", **env("r-new")))
+    t3 = await log.append(TaskSubmitted(text="three", **env("r3")))
+    assert texts(await index("s-1", "r2", t2.seq)) == [("user", "one"), ("assistant", "answer")]
+    assert await index("s-1", "r3", t3.seq) == []
+
+
+async def test_a_cold_session_comes_from_sql_up_to_its_checkpoint_then_the_log(
+    log: EventLog, engine: AsyncEngine
+) -> None:
+    for e in turn("r1", "one", "first answer"):
+        await log.append(e)
+    await Projector(log, engine, SessionsProjection()).catch_up()  # SQL has run 1 only
+    for e in turn("r2", "two", "second answer"):
+        await log.append(e)
+    t3 = await log.append(TaskSubmitted(text="three", **env("r3")))
+    snapshots: list[SessionSnapshot] = []
+
+    async def recorded(session_id: str, *, up_to: int, limit: int) -> SessionSnapshot:
+        snapshots.append(await session_snapshot(engine, session_id, up_to=up_to, limit=limit))
+        return snapshots[-1]
+
+    index = SessionIndex(log, snapshot=recorded)
+    assert texts(await index("s-1", "r3", t3.seq)) == [
+        ("user", "one"), ("assistant", "first answer"), ("user", "two"),
+        ("assistant", "second answer"),
+    ]  # fmt: skip
+    (snap,) = snapshots
+    assert snap.position == 3 and [r.text for r in snap.rows] == ["one", "first answer"]
+    # held now: the next task of the session reads nothing more from SQL
+    await log.append(ReplySent(text="third answer", **env("r3")))
+    t4 = await log.append(TaskSubmitted(text="four", **env("r4")))
+    assert texts(await index("s-1", "r4", t4.seq))[-1] == ("assistant", "third answer")
+    assert len(snapshots) == 1
+
+
+async def test_without_projection_tables_the_log_alone_answers(
+    log: EventLog, sqlite_engine: AsyncEngine
+) -> None:
+    """An LLM handler in a process of its own, before any projector ever ran."""
+    snap = await session_snapshot(sqlite_engine, "s-1", up_to=10, limit=10)
+    assert (snap.position, snap.rows) == (0, ())
+    for e in turn("r1", "one", "answer"):
+        await log.append(e)
+    t2 = await log.append(TaskSubmitted(text="two", **env("r2")))
+    index = SessionIndex(log, snapshot=partial(session_snapshot, sqlite_engine))
+    assert texts(await index("s-1", "r2", t2.seq)) == [("user", "one"), ("assistant", "answer")]
+
+
+async def test_the_index_holds_a_bounded_number_of_sessions(log: EventLog) -> None:
+    index = SessionIndex(log, capacity=2)
+    tasks = {}
+    for s in ("a", "b", "c"):
+        for e in turn(f"r-{s}", f"hello {s}", f"hi {s}", session=s):
+            await log.append(e)
+        tasks[s] = await log.append(TaskSubmitted(text="again", **env(f"r2-{s}", s)))
+    for s in ("a", "b", "c"):
+        assert len(await index(s, f"r2-{s}", tasks[s].seq)) == 2
+    assert index.cached() == ["b", "c"]
+    # the evicted session is loaded again from the log, whole
+    assert texts(await index("a", "r2-a", tasks["a"].seq)) == [
+        ("user", "hello a"), ("assistant", "hi a"),
+    ]  # fmt: skip
+    assert index.cached() == ["c", "a"]
+
+
+async def test_messages_a_session_dropped_are_read_again_when_a_task_needs_them(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessions_module, "SLACK", 0)
+    index = SessionIndex(log, limit=2)  # keeps the newest two messages of a session
+    for e in turn("r1", "one", "first answer"):
+        await log.append(e)
+    t2 = await log.append(TaskSubmitted(text="two", **env("r2")))
+    await log.append(ReplySent(text="second answer", **env("r2")))
+    t3 = await log.append(TaskSubmitted(text="three", **env("r3")))
+    assert texts(await index("s-1", "r3", t3.seq)) == [
+        ("user", "two"),
+        ("assistant", "second answer"),
+    ]
+    assert texts(await index("s-1", "r2", t2.seq)) == [
+        ("user", "one"),
+        ("assistant", "first answer"),
+    ]
+
+
+async def test_a_new_task_starts_loading_its_session_before_the_model_call(log: EventLog) -> None:
+    index = SessionIndex(log)
+    for _ in range(2):
+        await log.append(RunStarted(**env("warm-up", "other")))
+    assert await index("other", "r0", 2) == []  # following the log
+    for e in turn("r1", "one", "answer", session="s-new"):
+        await log.append(e)
+
+    async def held() -> bool:
+        return "s-new" in index.cached()
+
+    await eventually(held)
+    t2 = await log.append(TaskSubmitted(text="two", **env("r2", "s-new")))
+    assert texts(await index("s-new", "r2", t2.seq)) == [("user", "one"), ("assistant", "answer")]
+    await index.close()

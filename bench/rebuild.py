@@ -1,12 +1,18 @@
 """Projection rebuild rate: N events in the log → the run timeline in SQLite, from sequence 0.
 
-Usage: python bench/rebuild.py [--events N] [--db URL]
+The catch-up reads the log in a process of its own (projections/_reader.py) while this one
+decodes and writes; ``--read-here`` reads it in this process instead, as before, for comparison.
+CPU is reported per process: this one (decode + write) and the reader; nats-server's is apart.
+
+Usage: python bench/rebuild.py [--events N] [--db URL] [--read-here]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -18,8 +24,8 @@ from nanocrab.events import ReplySent, RunStarted
 from nanocrab.projections import Projector, RunTimelineProjection, make_engine
 
 
-async def main(n: int, db: str | None) -> None:
-    print(f"machine: {machine()}")
+async def main(n: int, db: str | None, read_here: bool) -> None:
+    print(f"machine: {machine()} · load {os.getloadavg()[0]:.2f}")
     async with bench_log("rebuild") as (log, tmp):
         t = time.perf_counter()
         for i in range(0, n, 1000):
@@ -31,20 +37,32 @@ async def main(n: int, db: str | None) -> None:
         print(f"seeded {n:,} events in {time.perf_counter() - t:.1f}s")
         engine = make_engine(db or f"sqlite+aiosqlite:///{tmp / 'rebuild.db'}")
         projector = Projector(log, engine, RunTimelineProjection())
+        if read_here:
+            projector.reader_process_min = n + 1
         await projector.setup()
-        t = time.perf_counter()
+        t, cpu, reader = time.perf_counter(), time.process_time(), _children_cpu()
         applied = await projector.rebuild()
-        took = time.perf_counter() - t
+        took, cpu = time.perf_counter() - t, time.process_time() - cpu
+        reader = _children_cpu() - reader
         await engine.dispose()
         print(
-            f"rebuild into {engine.dialect.name}: {applied:,} events in {took:.2f}s = "
-            f"{applied / took:,.0f} events/s · target >= 40,000"
+            f"rebuild into {engine.dialect.name} (read {'here' if read_here else 'apart'}): "
+            f"{applied:,} events in {took:.2f}s = {applied / took:,.0f} events/s · target >= "
+            f"60,000 · CPU µs/event: this process {cpu / max(applied, 1) * 1e6:.1f}, "
+            f"reader process {reader / max(applied, 1) * 1e6:.1f}"
         )
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the child processes ended so far (the reader; nats-server ends later)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--db", default=None)
+    ap.add_argument("--read-here", action="store_true", help="read the log in this process")
     a = ap.parse_args()
-    asyncio.run(main(a.events, a.db))
+    asyncio.run(main(a.events, a.db, a.read_here))

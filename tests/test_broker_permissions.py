@@ -67,7 +67,7 @@ from nanocrab.events import (
     utcnow,
 )
 from nanocrab.llm import ScriptedProvider
-from nanocrab.projections import Projector, all_projections
+from nanocrab.projections import BusSpec, Projector, all_projections
 from nanocrab.security import KeyRing, new_seed
 
 ROOT = "perm"
@@ -378,7 +378,9 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
         assert {rt.durable: rt.log for rt in host.runtimes} == {
             r.name: logs(r.name) for r in reactors
         }
-        assert all(p.log is logs("projector") for p in host.projectors)
+        # the projectors' worker connects on its own, as the projector identity
+        assert host.worker is not None and host.projectors
+        assert host.worker.bus == BusSpec.of(logs("projector"), "projector")
         run = new_event_id()
         task = TaskSubmitted(
             text="look at greet", run_id=run, task_id=run, workspace=str(workspace),

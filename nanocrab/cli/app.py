@@ -51,7 +51,8 @@ def up() -> None:
             reactors = build_reactors(
                 log, engine, settings, default_workspace=Path.cwd(), log_for=logs
             )
-            host = Host(log, engine, reactors, log_for=logs)
+            # projectors in a process of their own: they take nothing from the handlers' loop
+            host = Host(log, engine, reactors, log_for=logs, projectors_in="process")
             await host.start()
             marker.write()
             where = bus.server.url if bus.server else settings.nats_url

@@ -45,10 +45,14 @@ from nanocrab.cli.observers import observer_keys
 from nanocrab.projections import (
     Projection,
     ProjectionError,
+    ProjectionWorker,
     Projector,
     all_projections,
     make_engine,
+    reopenable,
 )
+from nanocrab.projections.spec import BusSpec
+from nanocrab.projections.worker import Mode
 from nanocrab.security import KeyRing, SecurityError
 
 log = logging.getLogger(__name__)
@@ -178,8 +182,15 @@ class Host:
     projections: Sequence[Projection] = field(default_factory=all_projections)
     options: RuntimeOptions = field(default_factory=RuntimeOptions)
     log_for: LogFor | None = None
+    projectors_in: Mode | None = "thread"
+    """Where projectors run: a worker thread with its own loop, a child process, or (``None``,
+    and for an in-memory database) the handlers' own loop (projections/worker.py)."""
     runtimes: list[HandlerRuntime] = field(default_factory=list, init=False)
     projectors: list[Projector] = field(default_factory=list, init=False)
+    """Every projector, for observation (``position``, ``failure``); a process worker's are
+    not among them."""
+    worker: ProjectionWorker | None = field(default=None, init=False)
+    _in_loop: list[Projector] = field(default_factory=list, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list, init=False)
     supervised: list[Supervised] = field(default_factory=list, init=False)
@@ -197,14 +208,22 @@ class Host:
             )
             for r in self.reactors
         ]
-        self.projectors = [Projector(logs(PROJECTOR), self.engine, p) for p in self.projections]
-        for p in self.projectors:
+        url = reopenable(self.engine)
+        in_loop = list(self.projections)
+        if in_loop and url is not None and self.projectors_in is not None:
+            spec = BusSpec.of(logs(PROJECTOR), PROJECTOR)
+            self.worker = ProjectionWorker(spec, url, in_loop, mode=self.projectors_in)
+            await self.worker.start()
+            in_loop = []
+        self._in_loop = [Projector(logs(PROJECTOR), self.engine, p) for p in in_loop]
+        for p in self._in_loop:
             await p.setup()
+        self.projectors = [*(self.worker.projectors if self.worker else []), *self._in_loop]
         for rt in self.runtimes:
             await rt.ensure_consumer()
         self._tasks = [
             *(asyncio.create_task(rt.run(), name=f"handler:{rt.durable}") for rt in self.runtimes),
-            *(asyncio.create_task(p.run(), name=f"projector:{p.name}") for p in self.projectors),
+            *(asyncio.create_task(p.run(), name=f"projector:{p.name}") for p in self._in_loop),
         ]
         # Everything alive now (imported modules, the SDKs, compiled schemas) lives as long as the
         # process: keep it out of full collections, which otherwise stall the loop ~100+ ms.
@@ -224,12 +243,15 @@ class Host:
             task.cancel()
         for rt in self.runtimes:
             rt.stop()
-        for p in self.projectors:
+        for p in self._in_loop:
             p.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        for p in self.projectors:
+        if self.worker is not None:
+            await self.worker.stop(drain_s=drain_s)
+            self.worker = None
+        for p in self._in_loop:
             try:
                 await asyncio.wait_for(p.catch_up(), drain_s)
             except (TimeoutError, BusError, ProjectionError) as exc:

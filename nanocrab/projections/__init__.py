@@ -35,6 +35,7 @@ from nanocrab.projections.deadletters import (
 )
 from nanocrab.projections.projector import Projector
 from nanocrab.projections.sessions import SessionsProjection, session_history
+from nanocrab.projections.spec import BusSpec, reopenable
 from nanocrab.projections.timeline import (
     RunTimelineProjection,
     TimelineRow,
@@ -42,6 +43,7 @@ from nanocrab.projections.timeline import (
     run_timeline_rows,
     summarize,
 )
+from nanocrab.projections.worker import ProjectionWorker
 
 
 def all_projections() -> list[Projection]:
@@ -84,6 +86,7 @@ __all__ = [
     "ApprovalRow",
     "AuditProjection",
     "AuditRow",
+    "BusSpec",
     "CapabilitiesProjection",
     "CapabilityDetail",
     "CapabilityRow",
@@ -92,6 +95,7 @@ __all__ = [
     "Projection",
     "ProjectionError",
     "ProjectionFailed",
+    "ProjectionWorker",
     "Projector",
     "RunTimelineProjection",
     "SessionsProjection",
@@ -113,6 +117,7 @@ __all__ = [
     "make_engine",
     "metadata",
     "pending_approvals",
+    "reopenable",
     "run_timeline",
     "run_timeline_rows",
     "session_history",

@@ -54,13 +54,12 @@ projection's checkpoint is still at ``position``; once the checkpoint moves on i
 def _sqlite_datetime(value: datetime | None) -> str | None:
     if value is None:
         return None
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return value.strftime(_SQLITE_DATETIME)
-
-
-# SQLAlchemy's storage format for DateTime on SQLite, so rows read back through ``Table`` as usual.
-_SQLITE_DATETIME = "%Y-%m-%d %H:%M:%S.%f"
+    if value.tzinfo is not None and value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    # SQLAlchemy's storage format for DateTime on SQLite ("%Y-%m-%d %H:%M:%S.%f", naive), so
+    # rows read back through ``Table`` as usual; isoformat writes it several times faster than
+    # strftime, and cutting off "+00:00" is cheaper than a naive copy
+    return value.isoformat(" ", "microseconds")[:26]
 
 
 async def bulk_insert(

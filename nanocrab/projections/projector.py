@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import json
 import logging
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import cast
 
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
@@ -32,16 +36,21 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nanocrab.bus import EventLog, Stored, Window
+from nanocrab.bus import BusError, EventLog, Stored, Window
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.replay import Position, consumer_config, position, to_stored
+from nanocrab.events import Event, EventDecodeError
+from nanocrab.projections import _reader
 from nanocrab.projections.base import Projection, ProjectionFailed, SparseProjection
 from nanocrab.projections.db import checkpoints, failures, metadata
+from nanocrab.projections.spec import BusSpec
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
 """Called with (applied so far, total to apply) during catch-up and rebuild."""
+
+_PIPE_READ_BYTES = 4 * 1024 * 1024  # a frame of a catch-up batch in a few reads, not dozens
 
 _RESUBSCRIBE_ERRORS = (
     nats.errors.Error,
@@ -61,25 +70,32 @@ class Projector:
         batch_size: int = 1000,
         catch_up_batch_size: int = 5000,
         idle_flush_s: float = 0.005,
+        commit_interval_s: float = 0.05,
         stall_s: float = 6.0,
+        reader_process_min: int = 20_000,
         retry_s: float = 1.0,
         retry_max_s: float = 30.0,
     ) -> None:
         """``retry_s`` is the first pause after a failed batch while following the log; it
-        doubles per failure up to ``retry_max_s``."""
+        doubles per failure up to ``retry_max_s``. While following, a projector commits at most
+        once per ``commit_interval_s``: an event that comes after a quiet spell is applied at
+        once, those that follow within the interval wait for it and go in one transaction."""
         self.log = log_
         self.engine = engine
         self.projection = projection
         self.batch_size = batch_size
         self.catch_up_batch_size = catch_up_batch_size
         self.idle_flush_s = idle_flush_s
+        self.commit_interval_s = commit_interval_s
         self.stall_s = stall_s
+        self.reader_process_min = reader_process_min
         self.retry_s = retry_s
         self.retry_max_s = retry_max_s
         self.failure: ProjectionFailed | None = None  # the last batch failed with this
         self.position = 0
         self._lazy_seq = 0  # a position not yet written (only ignored events since)
         self._flushed_at = 0.0
+        self._committed_at = 0.0
         self._stopping = asyncio.Event()
         self._ready = False
 
@@ -216,7 +232,10 @@ class Projector:
         """Apply everything up to the log's current end, then return the number applied.
 
         Reading and decoding the next batch overlaps with writing the previous one (the database
-        driver works in its own thread), which is what makes a rebuild fast.
+        driver works in its own thread). From ``reader_process_min`` events behind on, the
+        reading (nats-py's delivery, as costly as the rest together) runs in a process of its
+        own (``_reader.py``) on another core: that is what makes a rebuild fast. Should that
+        process fail, the rest is read here.
         """
         if not self._ready:
             await self.setup()
@@ -227,55 +246,124 @@ class Projector:
             if progress:
                 progress(0, 0)
             return 0
-        # throughput over latency: big batches, fewer round trips to the database thread
-        queue, sub = await self._subscribe(idle_flush_s=0.25, size=self.catch_up_batch_size)
-        info = await sub.consumer_info()
-        assert info.delivered is not None  # the server always reports it
-        if not info.num_pending and not info.delivered.consumer_seq and not queue.buf:
-            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await sub.unsubscribe()
-            if progress:
-                progress(total, total)
-            return 0  # nothing after the checkpoint matches this projection
-        batches: asyncio.Queue[list[Stored] | None] = asyncio.Queue(maxsize=2)
         applied = 0
+        Batches = asyncio.Queue[list[Stored] | None]
 
-        async def reader() -> None:
+        async def pipeline(read: Callable[[Batches], Awaitable[None]]) -> None:
+            batches: Batches = asyncio.Queue(maxsize=2)  # its own: a failed one leaves nothing
+
+            async def reader() -> None:
+                try:
+                    await read(batches)
+                finally:
+                    await batches.put(None)
+
+            async def writer() -> None:
+                nonlocal applied
+                while (batch := await batches.get()) is not None:
+                    applied += await self.apply_batch(batch)
+                    if progress:
+                        progress(min(batch[-1].seq, end) - start, total)
+
+            tasks = [asyncio.create_task(reader()), asyncio.create_task(writer())]
             try:
-                while True:
-                    msgs = await queue.take(self.stall_s)
-                    if msgs is None:
-                        # nothing within stall_s: the rest of the log does not match the filter
-                        if await self._pending(sub) == 0:
-                            return
-                        continue
-                    await batches.put([to_stored(self.log, m, p) for m, p in msgs])
-                    last = msgs[-1][1]
-                    if last.stream_seq >= end or last.pending == 0:
-                        return
+                await asyncio.gather(*tasks)
             finally:
-                await batches.put(None)
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
-        async def writer() -> None:
-            nonlocal applied
-            while (batch := await batches.get()) is not None:
-                applied += await self.apply_batch(batch)
-                if progress:
-                    progress(min(batch[-1].seq, end) - start, total)
-
-        tasks = [asyncio.create_task(reader()), asyncio.create_task(writer())]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await sub.unsubscribe()
+        with _old_objects_frozen():
+            if total >= self.reader_process_min:
+                try:
+                    await pipeline(lambda batches: self._read_in_process(end, batches))
+                except _ReaderFailed as exc:
+                    log.warning("projection %s: the reader process failed (%s); reading here",
+                                self.name, exc)  # fmt: skip
+            if self.position < end:
+                await pipeline(lambda batches: self._read_here(end, batches))
         await self.flush_checkpoint()
         if progress:
             progress(total, total)
         return applied
+
+    async def _read_here(self, end: int, batches: asyncio.Queue[list[Stored] | None]) -> None:
+        """Deliver what follows the checkpoint up to ``end`` on this connection."""
+        # throughput over latency: big batches, fewer round trips to the database thread
+        queue, sub = await self._subscribe(idle_flush_s=0.25, size=self.catch_up_batch_size)
+        try:
+            info = await sub.consumer_info()
+            assert info.delivered is not None  # the server always reports it
+            if not info.num_pending and not info.delivered.consumer_seq and not queue.buf:
+                return  # nothing after the checkpoint matches this projection
+            while True:
+                msgs = await queue.take(self.stall_s)
+                if msgs is None:
+                    # nothing within stall_s: the rest of the log does not match the filter
+                    if await self._pending(sub) == 0:
+                        return
+                    continue
+                await batches.put([to_stored(self.log, m, p) for m, p in msgs])
+                last = msgs[-1][1]
+                if last.stream_seq >= end or last.pending == 0:
+                    return
+        finally:
+            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
+                await sub.unsubscribe()
+
+    async def _read_in_process(self, end: int, batches: asyncio.Queue[list[Stored] | None]) -> None:
+        """Deliver what follows the checkpoint up to ``end`` through ``_reader.py``."""
+        try:
+            spec = BusSpec.of(self.log, "projector")
+        except BusError as exc:
+            raise _ReaderFailed(str(exc)) from exc
+        request = {
+            "url": spec.url, "seed": spec.seed, "stream": self.log.cfg.log_stream,
+            "filter": self.projection.subject_filter(self.log.subjects),
+            "start_seq": self.position + 1, "end_seq": end,
+            "batch_size": self.catch_up_batch_size, "stall_s": self.stall_s,
+        }  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", _reader.__file__,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=_PIPE_READ_BYTES,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        errors = asyncio.create_task(proc.stderr.read())
+        frames = msgspec.msgpack.Decoder(list[tuple[int, int, str, bytes]])
+        try:
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            await proc.stdin.drain()
+            proc.stdin.close()
+            while True:
+                try:
+                    head = await proc.stdout.readexactly(4)
+                    chunk = frames.decode(await proc.stdout.readexactly(int.from_bytes(head)))
+                except (asyncio.IncompleteReadError, msgspec.DecodeError) as exc:
+                    await proc.wait()
+                    reason = (await errors).decode(errors="replace").strip()
+                    raise _ReaderFailed(reason or f"exit status {proc.returncode}") from exc
+                if not chunk:
+                    await asyncio.wait_for(proc.wait(), 5.0)  # it ends right after the last frame
+                    return
+                await batches.put([self._stored(*m) for m in chunk])
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            errors.cancel()
+
+    def _stored(self, seq: int, stored_ns: int, subject: str, data: bytes) -> Stored:
+        """As ``bus.replay.to_stored`` for a message the reader process delivered."""
+        try:
+            event: Event | None = self.log.decode(data, subject=subject)
+            error = None
+        except EventDecodeError as exc:
+            event, error = None, exc
+        raw = data if error else b""
+        return Stored(seq=seq, subject=subject, stored_ns=stored_ns, event=event, error=error,
+                      raw=raw)  # fmt: skip
 
     async def rebuild(self, progress: Progress | None = None) -> int:
         """Drop the projection's rows and checkpoint, then replay the whole log into it."""
@@ -343,13 +431,17 @@ class Projector:
             gather_s = float(getattr(self.projection, "gather_s", 0.0))
             while not self._stopping.is_set() and reconnects.generation == generation:
                 batch = await queue.take(0.5)
-                if batch and gather_s:
-                    # live events arrive one by one; a sparse read model takes them in bunches
-                    await asyncio.sleep(gather_s)
+                if batch:
+                    # live events arrive one by one: gather those of a burst into one
+                    # transaction (a sparse read model gathers for longer)
+                    since = time.monotonic() - self._committed_at
+                    pause = max(gather_s, self.commit_interval_s - since)
+                    if pause > 0:
+                        await asyncio.sleep(pause)
                     while queue.buf and len(batch) < self.catch_up_batch_size:
                         batch += await queue.take(0) or []
-                if batch:
                     await self.apply_batch([to_stored(self.log, m, p) for m, p in batch])
+                    self._committed_at = time.monotonic()
                 elif self._lazy_seq:
                     # idle: write the position reached through ignored events, so the lag that
                     # `status` computes from the checkpoint is the real one
@@ -395,6 +487,25 @@ async def _write_checkpoint(conn: AsyncConnection, name: str, seq: int, *, exist
         if result.rowcount:
             return
     await conn.execute(insert(checkpoints).values(name=name, stream_seq=seq, updated_at=now))
+
+
+@contextlib.contextmanager
+def _old_objects_frozen() -> Iterator[None]:
+    """Keep the objects alive now (modules, SQLAlchemy, the SDKs) out of the collections a
+    catch-up's many short-lived objects trigger: the full ones, which walk them all, cost a
+    rebuild ~15 % of its CPU. Unfrozen after, unless something had frozen them before (as
+    ``nanocrab up`` does for good)."""
+    frozen = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not frozen:
+            gc.unfreeze()
+
+
+class _ReaderFailed(Exception):
+    """The reader process ended without reading its range; the message says why."""
 
 
 class _Batcher:

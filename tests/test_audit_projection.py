@@ -381,8 +381,7 @@ async def table_contents(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]
     out = {}
     async with engine.connect() as conn:
         for table in AuditProjection.tables:
-            pk = next(iter(table.primary_key.columns))
-            result = await conn.execute(select(table).order_by(pk))
+            result = await conn.execute(select(table).order_by(*table.primary_key.columns))
             out[table.name] = [tuple(r) for r in result]
     return out
 

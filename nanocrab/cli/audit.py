@@ -218,6 +218,48 @@ def _violations_table(rows: list[ViolationRow]) -> Table:
     return t
 
 
+async def _find_call(
+    engine: AsyncEngine, given: str, **filters: Any
+) -> tuple[list[AuditRow], str | None]:
+    """The calls whose id is ``given``, else those of the ``RUN:CALL`` it spells (with ``RUN``,
+    as given, still to match); every run's, for the caller to tell apart."""
+    from nanocrab.projections import audit_rows
+
+    rows = await audit_rows(engine, call_id=given, **filters)
+    if rows or ":" not in given:
+        return rows, None
+    run, call_id = given.split(":", 1)  # a run id (a ULID) holds no colon; a call id might
+    return await audit_rows(engine, call_id=call_id, **filters), run
+
+
+def _one_call(given: str, rows: list[AuditRow], run: str | None) -> list[AuditRow]:
+    """The call ``given`` names among ``rows`` (the calls with its id): one run's. Exits 1
+    saying why when it names none, or when its id was used in several runs (listing them)."""
+    from nanocrab.cli.ids import IdError, resolve_id
+
+    if run is not None and rows:
+        try:
+            chosen = resolve_id(run, [r.run_id or "" for r in rows], what="run")
+        except IdError as exc:
+            err.print(f"[red]{exc}[/] (among the runs with call {rows[0].call_id})")
+            raise typer.Exit(1) from exc
+        rows = [r for r in rows if (r.run_id or "") == chosen]
+    if not rows:
+        err.print(f"[red]no call {given!r}[/] matches; list them with `nanocrab audit`")
+        raise typer.Exit(1)
+    runs = list(dict.fromkeys(r.run_id or "" for r in rows))
+    if len(runs) > 1:
+        err.print(
+            f"[red]call id {rows[0].call_id!r} was used in {len(runs)} runs[/] "
+            "(call ids come from the model provider):"
+        )
+        for run_id in runs:
+            err.print(f"  {run_id}", soft_wrap=True)
+        err.print(f"name one with --call RUN:{rows[0].call_id} or --run RUN", soft_wrap=True)
+        raise typer.Exit(1)
+    return rows
+
+
 def _nothing(what: str, filters: dict[str, str | None], machine: bool) -> None:
     applied = ", ".join(f"{k}={v}" for k, v in filters.items() if v)
     line = f"nothing matched ({applied})" if applied else f"no {what} recorded yet"
@@ -227,6 +269,14 @@ def _nothing(what: str, filters: dict[str, str | None], machine: bool) -> None:
 @app.command()
 def audit(
     run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
+    call: Annotated[
+        str | None,
+        typer.Option(
+            "--call",
+            help="Only this call: its id, or RUN:CALL where the model provider used the id in "
+            "several runs (RUN: the run id, or its unique start or end).",
+        ),
+    ] = None,
     tool: Annotated[str | None, typer.Option(help="Only this tool.")] = None,
     status: Annotated[
         str | None, typer.Option(help=f"Only this status: {', '.join(STATUSES)}.")
@@ -254,8 +304,10 @@ def audit(
     if status is not None and status not in STATUSES:
         err.print(f"[red]unknown --status {status!r}[/]; use one of: {', '.join(STATUSES)}")
         raise typer.Exit(2)
-    if show_violations and (tool or status):
-        err.print("[red]--tool and --status do not apply to --violations[/] (use --run, --since)")
+    if show_violations and (tool or status or call):
+        err.print(
+            "[red]--tool, --status and --call do not apply to --violations[/] (use --run, --since)"
+        )
         raise typer.Exit(2)
     try:
         since_at = parse_since(since) if since else None
@@ -279,12 +331,14 @@ def audit(
             _nothing("violations", filters, machine)
         return
 
-    rows = _read(
-        settings,
-        lambda e: audit_rows(
-            e, run_id=run_id, tool=tool, status=status, since=since_at, limit=limit
-        ),
-    )
+    query: dict[str, Any] = {
+        "run_id": run_id, "tool": tool, "status": status, "since": since_at, "limit": limit,
+    }  # fmt: skip
+    if call is not None:
+        found_calls, run = _read(settings, lambda e: _find_call(e, call, **query))
+        rows = _one_call(call, found_calls, run)
+    else:
+        rows = _read(settings, lambda e: audit_rows(e, **query))
     plain = [_plain(r, duration_ms=r.duration_ms) for r in rows]
     columns = [*(f.name for f in dataclasses.fields(AuditRow)), "duration_ms"]
     title = f"audit: {len(rows)} tool call{'s' if len(rows) != 1 else ''}"

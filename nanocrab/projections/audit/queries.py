@@ -17,6 +17,7 @@ from nanocrab.projections.audit.rows import (
     _load_call,
 )
 from nanocrab.projections.audit.tables import (
+    NO_RUN,
     audit_approvals,
     audit_invocations,
     audit_violations,
@@ -26,7 +27,11 @@ from nanocrab.projections.db import as_utc
 
 @dataclass(frozen=True, slots=True)
 class AuditRow:
-    """One tool call as the audit sees it (JSON columns decoded; times in UTC)."""
+    """One tool call as the audit sees it (JSON columns decoded; times in UTC).
+
+    A call is ``(run_id, call_id)``: the call id comes from the model provider and may repeat
+    in another run. ``approval_run_id`` is the run that asked for ``approval_id`` (the call's
+    own, or for a remembered grant the run where the session approval was given)."""
 
     call_id: str
     trace_id: str | None
@@ -56,6 +61,7 @@ class AuditRow:
     grant_denied: bool
     remembered: bool
     revoked: bool
+    approval_run_id: str | None
 
     @property
     def duration_ms(self) -> float | None:
@@ -67,7 +73,8 @@ class AuditRow:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRow:
-    """One approval request and the answer that counts (``status`` ``pending`` until one)."""
+    """One approval request and the answer that counts (``status`` ``pending`` until one);
+    it is ``(run_id, approval_id)``, as approval ids repeat where call ids do."""
 
     approval_id: str
     run_id: str | None
@@ -111,38 +118,50 @@ def _utc(value: datetime) -> datetime:
     return as_utc(value).astimezone(UTC)
 
 
+def _run(run_id: str | None) -> str | None:
+    return None if run_id == NO_RUN else run_id
+
+
 def _audit_row(row: Any) -> AuditRow:
     call = _load_call(row)
-    return AuditRow(**{f.name: getattr(call, f.name) for f in fields(AuditRow)})
+    values = {f.name: getattr(call, f.name) for f in fields(AuditRow)}
+    values["run_id"], values["approval_run_id"] = _run(call.run_id), _run(call.approval_run_id)
+    return AuditRow(**values)
 
 
 def _approval_row(row: Any) -> ApprovalRow:
     a = _load_approval(row)
-    return ApprovalRow(**{f.name: getattr(a, f.name) for f in fields(ApprovalRow)})
+    values = {f.name: getattr(a, f.name) for f in fields(ApprovalRow)}
+    values["run_id"] = _run(a.run_id)
+    return ApprovalRow(**values)
 
 
 async def audit_rows(
     engine: AsyncEngine,
     *,
     run_id: str | None = None,
+    call_id: str | None = None,
     tool: str | None = None,
     status: str | None = None,
     since: datetime | None = None,
     limit: int = 1000,
 ) -> list[AuditRow]:
     """Tool calls matching every given filter (``since``: requested at or after), oldest first;
-    the newest ``limit`` when more match."""
+    the newest ``limit`` when more match. ``call_id`` alone may match calls of several runs."""
     t = audit_invocations
     query = select(t)
     if run_id is not None:
         query = query.where(t.c.run_id == run_id)
+    if call_id is not None:
+        query = query.where(t.c.call_id == call_id)
     if tool is not None:
         query = query.where(t.c.tool == tool)
     if status is not None:
         query = query.where(t.c.status == status)
     if since is not None:
         query = query.where(t.c.requested_at >= _utc(since))
-    query = query.order_by(t.c.requested_at.desc(), t.c.call_id.desc()).limit(limit)
+    newest = (t.c.requested_at.desc(), t.c.call_id.desc(), t.c.run_id.desc())
+    query = query.order_by(*newest).limit(limit)
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [_audit_row(r) for r in reversed(rows)]
@@ -158,7 +177,7 @@ async def pending_approvals(
         .where(t.c.status == "pending")
         .where(t.c.requested_at.is_not(None))
         .where(t.c.expires_at > _utc(now or datetime.now(UTC)))
-        .order_by(t.c.requested_at, t.c.approval_id)
+        .order_by(t.c.requested_at, t.c.approval_id, t.c.run_id)
     )
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
@@ -166,17 +185,27 @@ async def pending_approvals(
 
 
 async def approval_row(engine: AsyncEngine, approval_id: str) -> ApprovalRow | None:
-    """The approval with this id, or the only one whose id starts with it; else ``None``."""
+    """The approval with this id, or the only one whose id starts with it; else ``None``.
+
+    Approval ids repeat where call ids do (the policy derives them from the call id): when
+    several runs asked for the same id, the one still pending among them, if only one is."""
     if not approval_id:
         return None
     t = audit_approvals
     prefix = approval_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     async with engine.connect() as conn:
-        exact = (await conn.execute(select(t).where(t.c.approval_id == approval_id))).mappings()
-        if (row := exact.first()) is not None:
-            return _approval_row(row)
-        query = select(t).where(t.c.approval_id.like(f"{prefix}%", escape="\\")).limit(2)
-        rows = (await conn.execute(query)).mappings().all()
+        known = select(t.c.approval_id).where(t.c.approval_id == approval_id).limit(1)
+        if await conn.scalar(known) is None:
+            like = t.c.approval_id.like(f"{prefix}%", escape="\\")
+            ids = await conn.execute(select(t.c.approval_id).where(like).distinct().limit(2))
+            found = ids.scalars().all()
+            if len(found) != 1:
+                return None  # none, or a prefix of several ids
+            approval_id = found[0]
+        exact = await conn.execute(select(t).where(t.c.approval_id == approval_id))
+        rows = exact.mappings().all()
+    if len(rows) > 1:
+        rows = [r for r in rows if r["status"] == "pending"]
     return _approval_row(rows[0]) if len(rows) == 1 else None
 
 
@@ -192,4 +221,4 @@ async def violations(
         query = query.where(t.c.time >= _utc(since))
     async with engine.connect() as conn:
         rows = (await conn.execute(query.order_by(t.c.time, t.c.id))).mappings().all()
-    return [ViolationRow(**_from_row(r)) for r in rows]
+    return [ViolationRow(**{**_from_row(r), "run_id": _run(r["run_id"])}) for r in rows]

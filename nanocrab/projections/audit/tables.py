@@ -9,6 +9,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -41,13 +42,18 @@ ERROR_CHARS = 500
 ARGUMENT_STRING_CHARS = 1000
 """Longer string arguments are cut (the JSON stays valid); the log keeps them whole."""
 
+NO_RUN = ""
+"""The ``run_id`` stored for an event that names no run (a key column cannot be null)."""
+
 audit_invocations = Table(
     "audit_invocations",
     metadata,
-    Column("call_id", String(128), primary_key=True),
+    # a call id comes from the model provider and may repeat in another run (a provider that
+    # numbers calls per run, a rerun): a call is its run's call id, never the id alone
+    Column("call_id", String(128), nullable=False),
     Column("trace_id", String(32)),
     Column("task_id", String(128)),
-    Column("run_id", String(128)),
+    Column("run_id", String(128), nullable=False),
     Column("step_id", String(128)),
     Column("session_id", String(128)),
     Column("tool", String(128)),
@@ -60,6 +66,9 @@ audit_invocations = Table(
     Column("grant_event_id", String(64)),  # the grant.issued believed; a rejected one is undone
     Column("approval_required", Boolean, nullable=False),
     Column("approval_id", String(128)),
+    # the run that asked for that approval: the call's own, or an earlier run of the session
+    # whose approval a remembered grant rests on
+    Column("approval_run_id", String(128)),
     Column("approval_result", String(16)),  # pending/granted/denied/expired/remembered
     Column("approver", String(300)),  # "name [signer public key]"
     Column("requested_at", DateTime(timezone=True), nullable=False),  # earliest event of the call
@@ -73,6 +82,8 @@ audit_invocations = Table(
     Column("grant_denied", Boolean, nullable=False),  # fact: a grant.denied was seen
     Column("remembered", Boolean, nullable=False),  # fact: granted from a session approval
     Column("revoked", Boolean, nullable=False),
+    # call id first: the key's index also serves a lookup by call id alone
+    PrimaryKeyConstraint("call_id", "run_id"),
     Index("ix_audit_invocations_run", "run_id", "requested_at"),
     Index("ix_audit_invocations_time", "requested_at"),
     Index("ix_audit_invocations_grant", "grant_id"),
@@ -82,8 +93,9 @@ audit_invocations = Table(
 audit_approvals = Table(
     "audit_approvals",
     metadata,
-    Column("approval_id", String(128), primary_key=True),
-    Column("run_id", String(128)),
+    # approval ids are minted by the policy from the call id, so they repeat where call ids do
+    Column("approval_id", String(128), nullable=False),
+    Column("run_id", String(128), nullable=False),
     Column("session_id", String(128)),
     Column("call_id", String(128)),
     Column("tool", String(128)),
@@ -103,6 +115,7 @@ audit_approvals = Table(
     Column("answer_reason", Text),
     Column("answers", Text, nullable=False),  # JSON: every answer in log order (facts)
     Column("rejected", Text, nullable=False),  # JSON: ids of answers security.rejected refused
+    PrimaryKeyConstraint("approval_id", "run_id"),
     Index("ix_audit_approvals_status", "status", "expires_at"),
 )
 
@@ -127,10 +140,12 @@ audit_violations = Table(
 audit_revocations = Table(
     "audit_revocations",
     metadata,
-    Column("grant_id", String(128), primary_key=True),
+    Column("grant_id", String(128), nullable=False),
+    Column("run_id", String(128), nullable=False),  # grant ids repeat where call ids do
     Column("call_id", String(128)),
     Column("reason", Text, nullable=False),
     Column("time", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("grant_id", "run_id"),
 )
 
 audit_events = applied_events("audit")

@@ -73,7 +73,7 @@ def test_commands_are_listed_in_their_order() -> None:
     assert list(group.commands) == [
         "approve", "deny", "audit", "approvals", "run", "demo", "rerun", "cancel", "say", "up",
         "publish", "tail", "replay", "status", "dead-letters", "projections", "capabilities",
-        "security",
+        "security", "guardrails",
     ]  # fmt: skip
 
 

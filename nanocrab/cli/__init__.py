@@ -14,6 +14,9 @@ from nanocrab.cli import app as _app  # noqa: F401  (up, publish … projections
 from nanocrab.cli import capabilities as _capabilities  # noqa: F401
 from nanocrab.cli import security as _security  # noqa: F401
 from nanocrab.cli.common import app
+from nanocrab.cli.guardrails import guardrails_app
+
+app.add_typer(guardrails_app, name="guardrails")
 
 
 def main() -> None:

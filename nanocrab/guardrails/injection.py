@@ -1,0 +1,198 @@
+"""The fast local prompt-injection detector: scored heuristics over normalised and decoded text.
+
+How a text is scored (rules and weights in :mod:`nanocrab.guardrails.injection_rules`):
+
+1. normalise (lower case, invisible characters dropped, compatibility forms and look-alike
+   letters folded — :func:`nanocrab.guardrails.text.normalize`) and match every rule;
+2. match again on variants that undo obfuscation: spaced-out letters and leetspeak joined,
+   base64 / hex / URL / escape payloads decoded, rot13 and reversed text (for short texts, or
+   when the text mentions the encoding); evidence found only in a variant adds the
+   ``encoded`` signal, since hiding an instruction is itself suspicious;
+3. per family keep the strongest match, lowered when the match looks like a *mention* (quoted
+   and surrounded by words about injection, as in documentation or a detector's own code);
+4. combine families as independent evidence: ``score = 1 - Π(1 - w)``.
+
+The checkpoint matters: in a user's task, requests for consequential actions ("transfer $500
+to ...") are the user's own and do not count; in a tool's output they are the typical
+indirect injection. The detector is a heuristic: it reports evidence with a score, and the
+chain's threshold decides. Its measured recall and false-positive rate are in
+docs/guardrails.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from nanocrab.guardrails.injection_rules import (
+    ANCHOR_AUTOMATON,
+    COMPILED,
+    MENTION_CUES,
+    SHORT_ONLY,
+    Rule,
+)
+from nanocrab.guardrails.model import Checkpoint, Finding
+from nanocrab.guardrails.text import decode_payloads, despace, normalize, reverse_words, rot13
+
+_IGNORED_AT: dict[Checkpoint, frozenset[str]] = {
+    "task_input": frozenset({"action", "imperative", "coercion", "address", "secret_words",
+                             "answer", "urgency", "authority", "directive"}),
+    "tool_output": frozenset(),
+    "tool_call": frozenset({"imperative"}),
+    "reply": frozenset({"imperative", "action"}),
+}
+_SHORT = 600  # texts up to this length are also read as rot13 and in leetspeak
+# Rules run only near their anchors in long texts: a match reaches at most ~_REACH characters
+# from an anchor (the longest rule spans ~300), and a 4 KB text then costs a fraction of a
+# full scan per rule; past _MAX_WINDOWS occurrences the whole text is scanned.
+_REACH = 320
+_MAX_WINDOWS = 40
+_WINDOWED = 1500
+# words that must appear in a long text's spaced-out/leet variant for it to be re-scanned
+_TRIGGERS = re.compile(r"ignore|disregard|forget|instruction|prompt|password|secret|system|"
+                       r"reveal|override|jailbreak|assistant|send|token|api ?key")
+_ROT13_HINT = re.compile(r"\b(?:rot-?13|caesar|rotate)\b")
+_REVERSE_HINT = re.compile(r"\b(?:backwards?|reversed?|in reverse|right to left)\b")
+_OPEN_SINGLE = re.compile(r"(?:^|[\s(:=\[])'[^']*$")
+_QUOTES = ("\"", "`", "“", "”", "«", "»")
+_ENCODED_WEIGHT = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    family: str
+    name: str
+    weight: float
+    start: int
+    end: int
+
+
+def _anchor_hits(text: str) -> dict[str, list[int]]:
+    """Start offsets of every anchor in ``text``, found in one Aho-Corasick pass (~0.1 ms for
+    4 KB, against ~1 ms for ~500 separate substring searches)."""
+    hits: dict[str, list[int]] = {}
+    for end, anchor in ANCHOR_AUTOMATON.iter(text):
+        hits.setdefault(anchor, []).append(end - len(anchor) + 1)
+    return hits
+
+
+def _windows(starts: list[int], text_length: int) -> list[tuple[int, int]] | None:
+    """Merged ``[start, end)`` windows around anchor occurrences, or ``None`` when they would
+    cover most of the text anyway (then the whole text is scanned once)."""
+    if len(starts) > _MAX_WINDOWS:
+        return None
+    merged: list[tuple[int, int]] = []
+    for pos in sorted(starts):
+        start, end = max(0, pos - _REACH), pos + _REACH
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    if sum(e - s for s, e in merged) > text_length * 4 // 5:
+        return None
+    return merged
+
+
+def _scan(text: str, ignored: frozenset[str]) -> dict[str, _Match]:
+    best: dict[str, _Match] = {}
+    whole = [(0, len(text))]
+    long_text = len(text) > _WINDOWED
+    hits = _anchor_hits(text)
+    for rule in COMPILED:
+        if rule.family in ignored or (long_text and rule.name in SHORT_ONLY):
+            continue
+        current = best.get(rule.family)
+        if current is not None and current.weight >= rule.weight:
+            continue
+        starts: list[int] | None = None
+        for group in rule.anchors:
+            found = [pos for a in group for pos in hits.get(a, ())]
+            if not found:
+                break
+            if starts is None or len(found) < len(starts):
+                starts = found
+        else:
+            windows = _windows(starts, len(text)) if long_text and starts is not None else None
+            match = _first(rule, text, windows or whole)
+            if match is not None:
+                best[rule.family] = _Match(rule.family, rule.name, rule.weight, *match)
+    return best
+
+
+def _first(rule: Rule, text: str, windows: list[tuple[int, int]]) -> tuple[int, int] | None:
+    for lo, hi in windows:
+        for m in rule.pattern.finditer(text, lo, min(hi, len(text))):
+            start = m.start()
+            if rule.word_start and start > 0 and text[start - 1].isalnum():
+                continue  # "_" counts as a boundary: OPENAI_API_KEY holds "api_key"
+            return start, m.end()
+    return None
+
+
+def _damped(text: str, match: _Match) -> float:
+    """The match's weight, lowered when the text seems to talk *about* the phrase: words about
+    injection nearby (the match itself excluded), more so when the match sits in quotes."""
+    around = text[max(0, match.start - 200) : match.start] + " " + text[match.end : match.end + 200]
+    cues = {m.group(0) for m in MENTION_CUES.finditer(around)}
+    if not cues:
+        return match.weight
+    line_start = max(text.rfind("\n", 0, match.start) + 1, match.start - 300)
+    before = text[line_start : match.start]
+    quoted = (sum(before.count(q) for q in _QUOTES) % 2 == 1
+              or _OPEN_SINGLE.search(before) is not None)  # fmt: skip
+    if quoted:
+        return match.weight * 0.4
+    return match.weight * (0.6 if len(cues) >= 2 else 0.8)
+
+
+def _combine(weights: list[float]) -> float:
+    remaining = 1.0
+    for w in weights:
+        remaining *= 1.0 - w
+    return round(1.0 - remaining, 4)
+
+
+def detect_injection(text: str, checkpoint: Checkpoint = "tool_output") -> list[Finding]:
+    """At most one ``INJECTION`` finding for ``text``: its span is the strongest evidence, its
+    score the combined evidence, its ``signals`` the ``family:rule`` names that contributed."""
+    if not text.strip():
+        return []
+    ignored = _IGNORED_AT[checkpoint]
+    norm = normalize(text)
+    direct = _scan(norm.text, ignored)
+    weights = {f: _damped(norm.text, m) for f, m in direct.items()}
+    signals = [f"{m.family}:{m.name}" for m in direct.values()]
+    top = max(direct.values(), key=lambda m: weights[m.family], default=None)
+    span = norm.span(top.start, top.end) if top is not None else None
+
+    variants: list[tuple[str, tuple[int, int] | None, str]] = []
+    joined = despace(norm.text, leet=len(norm.text) <= _SHORT)
+    if joined != norm.text and (len(norm.text) <= _SHORT or _TRIGGERS.search(joined)):
+        variants.append(("despaced", None, joined))
+    for payload in decode_payloads(text):
+        variants.append((payload.encoding, (payload.start, payload.end),
+                         normalize(payload.text).text))  # fmt: skip
+    if len(norm.text) <= _SHORT or _ROT13_HINT.search(norm.text):
+        variants.append(("rot13", None, rot13(norm.text)))
+    if len(norm.text) <= _SHORT and _REVERSE_HINT.search(norm.text):
+        variants.append(("reversed", None, reverse_words(norm.text)))
+    encoded = False
+    for label, where, variant in variants:
+        for family, m in _scan(variant, ignored).items():
+            seen = direct[family].weight if family in direct else weights.get(family, 0.0)
+            if m.weight < 0.4 or m.weight <= seen:
+                continue
+            weights[family] = m.weight
+            signals.append(f"{family}:{m.name}@{label}")
+            encoded = encoded or label != "despaced" or family not in direct
+            if span is None or top is None or m.weight > weights.get(top.family, 0.0):
+                span = where or (0, len(text))
+    if encoded:
+        weights["encoded"] = _ENCODED_WEIGHT
+        signals.append("encoded")
+    if not weights or span is None:
+        return []
+    score = _combine(list(weights.values()))
+    top_family = max(weights, key=lambda f: weights[f])
+    return [Finding("injection", "INJECTION", top_family, span[0], span[1], score,
+                    signals=tuple(signals))]  # fmt: skip

@@ -1,0 +1,436 @@
+"""The prompt-injection detector's evidence: weighted patterns grouped into signal families.
+
+Each entry is ``(family, name, weight, pattern)``; patterns run over the normalised text (lower
+case, invisible characters removed, look-alikes folded — see :mod:`nanocrab.guardrails.text`).
+Within a family only the strongest match counts; families combine as independent evidence
+(``1 - Π(1 - w)``), so one weak cue ("act as") never blocks on its own, while an override
+phrase, or an address to the assistant plus a coerced action, does. The families follow the
+attack classes of the public benchmarks: instruction override and task hijacking (AgentDojo's
+"important instructions", InjecAgent's "IMPORTANT!!! Ignore all previous instructions"),
+system-prompt impersonation and delimiter spoofing (Tensor Trust), role-play jailbreaks,
+prompt and password extraction (Gandalf, Tensor Trust), exfiltration and beacons, tool-call
+coercion, and embedded requests for consequential actions (InjecAgent's user-style cases,
+BIPIA's task-irrelevant instructions).
+"""
+
+# ruff: noqa: RUF001  (look-alike and full-width characters are the point here)
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import ahocorasick  # type: ignore[import-not-found]
+
+_ALL = r"(?:all|any|every|each|the|your|my|of|these|those|such|previous|prior|above|earlier|preceding|foregoing|initial|original|old|existing|current|given|system|default|developer|safety|other|user'?s|assistant'?s|model'?s|agent'?s|above|\s)*"  # noqa: E501
+_RULES_NOUN = r"(?:\w{0,3}nstruc\w*|question|query|instruction|prompt|rule|direction|guideline|guidance|context|message|command|constraint|programming|guardrail|restriction|polic(?:y|ies)|directive|order|task|training|filter|setting|limitation|conversation|text|input|content|request)s?"  # noqa: E501
+_AI = r"(?:ai|a\.i\.|assistant|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|model|agent|bot|copilot|gemini|bard|llama|autogpt|system|helper|ai agent|ai model)"  # noqa: E501
+_SECRET = r"(?:api[ _-]?keys?|passwords?|passcodes?|pass ?phrases?|tokens?|secrets?|credentials?|ssh keys?|private keys?|\.env|env(?:ironment)? (?:file|variables?|vars)|cookies?|session (?:id|token)s?|credit ?card(?: number)?s?|card numbers?|cvv|security codes?|2fa codes?|otp|one[- ]time (?:code|password)s?|verification codes?|access codes?|bank (?:account|details)|account numbers?|routing numbers?|social security numbers?|ssn|login details|auth(?:entication)? (?:codes?|tokens?)|id_rsa|aws[_ ](?:secret|access))"  # noqa: E501
+_SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mail|mail|exfiltrate|leak|share|copy|submit|deliver|beam|pipe|curl|wget|fetch|append|attach|embed|paste|dm)"  # noqa: E501
+
+RULES: tuple[tuple[str, str, float, str], ...] = (
+    # -- instruction override / hijack ------------------------------------------------------
+    ("override", "ignore_instructions", 0.8,
+     rf"\b(?:ignore|disregard|forget|override|overrule|bypass|skip|neglect|abandon|drop|discard|set aside|throw out|cancel|erase|delete|void|nullify|put aside|dismiss|stop following|don'?t follow|do not follow|no longer follow)\b[\s,]+{_ALL}{_RULES_NOUN}\b"),  # noqa: E501
+    ("override", "forget_everything", 0.7,
+     r"\b(?:forget|ignore|disregard) (?:about )?(?:everything|all(?: of)? (?:that|this|the above)|what (?:you were|i) (?:told|said)|whatever (?:you were|i) told)\b"),  # noqa: E501
+    ("override", "new_instructions", 0.55,
+     r"\b(?<!a )(?<!the )(?<!each )(?<!every )(?<!for )(?<!per )(?<!your )(?<!any )(?:new|updated|revised|real|true|actual|correct|priority|secret|hidden|additional|urgent|important|override|admin|administrator|system) (?:system )?(?:instructions?|directives?|orders|task|mission|objective|goal|rules?|prompt)\s*(?::|are|is|follow|-|—|#)"),  # noqa: E501
+    ("override", "from_now_on", 0.45,
+     r"\b(?:from now on|henceforth|for the rest of (?:this|the) conversation|starting now|going forward),? (?:you|your|always|never|only|act|respond|answer|reply|do)"),  # noqa: E501
+    ("override", "instead_do", 0.4,
+     r"\binstead(?: of (?:that|this|doing (?:that|this)|the (?:above|original|user'?s?) (?:task|request)))?,? (?:you (?:should|must|will|need to)|please|do|just|now|i want you to|your task)"),  # noqa: E501
+    ("override", "before_task", 0.75,
+     r"\bbefore (?:you (?:can )?(?:solve|do|complete|finish|continue|proceed|answer|respond|summari[sz]e|start)|solving|completing|continuing|proceeding|answering|responding|you do anything)(?: with)? (?:the|your|this|that|my|any)? ?(?:original |current |user'?s? |given )?(?:task|request|question|job|instructions?|work|query|summary)"),  # noqa: E501
+    ("override", "after_that_task", 0.5,
+     r"\bafter (?:you (?:do|have done|finish|complete)|doing|completing) (?:that|this|it|the above)\b.{0,40}\b(?:task|request|question|instructions?)\b"),  # noqa: E501
+    ("override", "obsolete_rules", 0.6,
+     r"\b(?:out[- ]of[- ]date|outdated|obsolete|deprecated|expired|superseded|no longer (?:valid|apply|applies|in effect))\b.{0,30}\b(?:instructions|rules|prompts?|guidelines|directives|policies|restrictions)\b|\b(?:instructions|rules|prompt|guidelines|directives|policies|restrictions)\b.{0,30}\b(?:are|is|have been|has been) (?:now )?(?:out[- ]of[- ]date|outdated|obsolete|deprecated|expired|invalid|void|superseded|cancelled|revoked|lifted|suspended|disabled)\b"),  # noqa: E501
+    ("override", "task_hijack", 0.55,
+     r"\binstead of (?:answering|responding to|replying to|summari[sz]ing|doing|completing|following|addressing|translating|solving) (?:the|your|my|this|that|any)\b"),  # noqa: E501
+    ("override", "task_changed", 0.6,
+     r"\b(?:your|the) (?:task|goal|objective|job|instructions?|purpose|mission|assignment) (?:has|have) (?:been )?(?:changed|updated|replaced|modified|cancelled|canceled)"),  # noqa: E501
+    ("concealment", "hide_from_user", 0.55,
+     r"\b(?:do not|don'?t|never|without|no need to) (?:tell(?:ing)?|inform(?:ing)?|notify(?:ing)?|alert(?:ing)?|mention(?:ing)?|reveal(?:ing)?|let(?:ting)?|show(?:ing)?|ask(?:ing)?|confirm(?:ing)? with|bother(?:ing)?)(?: (?:this|it|that|anything|about (?:this|it)))?(?: step| action| instruction| message| part)?(?: to| with)? (?:the |your )?(?:user|human|owner|operator|me first|them)\b"),  # noqa: E501
+    ("override", "ml_override", 0.8,
+     r"(?:ignor(?:a|e|ez|er|iere|ieren|eer)|olvida|oublie[zr]?|vergiss|dimentica|esque[cç]a|negeer|zignoruj|pomiń|игнорируй|проигнорируй|забудь|игнорировать|bỏ qua|yok say|abaikan|lupakan)\b.{0,40}\b(?:instruc(?:ciones|tions|ções|zioni)|instruktionen|anweisungen|vorgaben|regeln|règles|reglas|regole|consignes|indicaciones|istruzioni|instructies|instrukcje|polecenia|инструкции|указания|правила|hướng dẫn|talimatları|instruksi|perintah|todo lo anterior|tout ce qui précède|alles (?:vorherige|bisherige|oben))"),  # noqa: E501
+    ("override", "ml_override_ov", 0.8,
+     r"(?:talimatlar\w*|kuralları|komutları|yönergeleri)\s.{0,25}(?:yok say|görmezden gel|unut|umursama)"),  # noqa: E501
+    ("override", "ml_override_cjk", 0.8,
+     r"(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵循|不要遵守|無視|忽略掉)[^。\n]{0,14}(?:指令|指示|说明|說明|提示|规则|規則|要求|命令|设定|設定)|(?:指示|命令|ルール|プロンプト|指令)[^。\n]{0,12}(?:無視|忘れ)|(?:지시|명령|규칙|지침|프롬프트)[^.\n]{0,12}(?:무시|잊어)"),
+    ("override", "ml_override_misc", 0.8,
+     r"(?:تجاهل|انس)[^.\n]{0,30}(?:التعليمات|الأوامر|القواعد|تعليمات)|(?:निर्देशों|निर्देश)[^।\n]{0,25}(?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल)|התעלם[^.\n]{0,30}הוראות"),
+    # -- addressing the model from inside data ----------------------------------------------
+    ("address", "dear_ai", 0.45,
+     rf"(?:^|[\n.!?>\]:]\s*)(?:dear|hey|hi|hello|attention|note to(?: the)?|message (?:to|for)(?: the)?|to the|calling|instructions? (?:to|for)(?: the)?|psst,?|important(?: message)? (?:to|for)(?: the)?)\s+{_AI}\b"),  # noqa: E501
+    ("address", "if_you_are_ai", 0.6,
+     rf"\bif you(?:'re| are) (?:an? |the )?(?:ai|a\.i\.|{_AI}|automated|(?:large )?language model|reading this|an? (?:\w+ )?(?:model|agent|assistant))\b"),  # noqa: E501
+    ("address", "to_the_ai_reading", 0.6,
+     rf"\b(?:any|the|an?) {_AI} (?:reading|processing|summari[sz]ing|parsing|analy[sz]ing|viewing|browsing|seeing) (?:this|these)\b"),  # noqa: E501
+    ("address", "message_from_user", 0.6,
+     r"\b(?:this is an? (?:important |urgent )?(?:message|instruction|note|request) from (?:me|the user|your user|the owner|your owner|the (?:system )?administrator|the developers?|openai|anthropic)|(?:message|instruction|note) from the (?:user|owner|admin))\b"),  # noqa: E501
+    ("address", "agent_label", 0.5,
+     r"(?:<!--|\[//\]: #|#|//|\(|\{|\"|')\s*(?:(?:note|message|instructions?)[ _-]for[ _-](?:the[ _-])?(?:ai|assistant|agent|bot|llm|model|ai[ _]agent|ai[ _]assistant)s?|(?:ai|a\.i\.|assistant|ai[ _]agent|ai[ _]assistant|ai[ _]model|llm|chatbot|gpt|claude))['\"]?\s*:\s*['\"]?[a-z]+ [a-z]|\b(?:note|message|instructions?|p\.?s\.?|reminder)[ _-](?:for|to)[ _-](?:the[ _-])?(?:ai|assistant|agent|bot|llm|model|ai[ _-]agent|ai[ _-]assistant)s?\b"),  # noqa: E501
+    ("address", "third_person", 0.45,
+     r"\b(?:the|any|all|every) (?:ai|assistant|agent|bot|model|llm|ai agent|ai assistant|automated assistant|automated agent|language model)s? (?:\w+ ){0,3}?(?:needs? to|must|should|has to|have to|is required to|are required to|is instructed to|are instructed to|is expected to|shall) (?:also |first |now |immediately |then )?(?:send|forward|transfer|email|sell|buy|delete|share|grant|invite|book|pay|disable|run|execute|post|upload|visit|click|download|ignore|reveal|wire|approve|tell the user|reply to all)\b"),  # noqa: E501
+    ("address", "processing_hook", 0.55,
+     r"\bwhen (?:you )?(?:summari[sz]\w*|read\w*|process\w*|answer\w*|respond\w*|repl\w*|translat\w*|analy[sz]\w*|review\w*) (?:this|the|these|my)\b.{0,60}\b(?:also|please|make sure|be sure|you (?:must|should|need to)|first|instead)\b"),  # noqa: E501
+    ("directive", "you_ai_must", 0.35,
+     r"\b(?:you) (?:must|should|need to|have to|are (?:required|instructed|ordered) to|will now|shall) (?:now |immediately |first |also )?(?:ignore|send|email|forward|transfer|delete|reveal|tell|output|print|say|respond|reply|call|execute|run|visit|click|open|share|grant|include|write|add|post|upload|download|pay|approve|change|update|book|buy|sell|schedule|invite|disable|create|remove|cancel|move|give|provide)\b"),  # noqa: E501
+    ("address", "signed_user", 0.3, r"\b(?:signed|regards|thanks|cheers),?\s*(?:the user|your user|\w+ \w+)\s*</"),  # noqa: E501
+    # -- system / delimiter impersonation -----------------------------------------------------
+    ("impersonation", "chat_tokens", 0.7,
+     r"<\|?(?:im_start|im_end|system|endoftext|end_of_turn|start_header_id|eot_id|begin_of_text)\|?>|\[/?inst\]|<</?sys>>|\[/?system\]|\{\{system\}\}|\bassistant\s*:\s*(?:sure|ok|okay|certainly|of course)"),  # noqa: E501
+    ("impersonation", "system_tag", 0.55,
+     r"<\s*/?\s*(?:system|system_?prompt|instructions?|important|information|admin|developer|sudo|override|user_?instructions?|hidden|secret)\s*>"),
+    ("impersonation", "system_header", 0.5,
+     r"(?:^|\n|\s)(?:#{1,6}|\*\*|\[|\(|==+|--+)\s*\(?(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))\)?\s*(?:\*\*|\]|\)|==+|--+|:)"),  # noqa: E501
+    ("impersonation", "paren_header", 0.6,
+     r"#{1,6}\s*\(\s*(?:system|admin|administrator|developer|root|instructions?|important)"
+     r"[\w -]*\)"),
+    ("impersonation", "system_prompt_words", 0.35,
+     r"\b(?:system (?:override|update|upgrade|notice|instructions? (?:update|override|change))|you have been given a (?:system )?(?:upgrade|update)|the situation has changed|admin(?:istrator)? (?:override|mode|access|command|privileges)|developer mode|debug mode (?:enabled|activated|on)|maintenance mode|sudo mode|god mode|root access granted|safety (?:mode|filters?) (?:off|disabled|deactivated))\b"),  # noqa: E501
+    ("impersonation", "end_of_input", 0.55,
+     r"\b(?:end of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions)|(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
+    ("impersonation", "fake_boundary", 0.45,
+     r"(?:^|\n)\s*(?:-{3,}|={3,}|#{3,}|%{3,}|\*{3,}|~{3,})\s*(?:end|begin|start|new|system|admin|instructions?|prompt|user|assistant)\b"),
+    # -- role-play / jailbreak ----------------------------------------------------------------
+    ("roleplay", "you_are_now", 0.5,
+     r"\b(?:you are|you're) (?:now (?!ready|able|set|done|all set|logged|connected|in |on |using|running|subscribed|registered|signed|part|a member|an? (?:admin|owner|member|contributor|collaborator|maintainer))|no longer|not (?:an? )?(?:ai|assistant|language model) anymore|from now on|going to (?:act|pretend|play|be))"),  # noqa: E501
+    ("roleplay", "pretend", 0.4,
+     r"\b(?:pretend|imagine|suppose) (?:to be|you are|you're|that you (?:are|have)|you have no)\b|\b(?:act|behave|respond|answer) (?:as if you|like you) (?:are|were|have)\b|\b(?:role-?play(?:ing)? as|let'?s (?:role-?play|pretend|play a game)|play the role of)\b|\bact as (?:an?|my|the) (?!interface|proxy|bridge|cache|wrapper|layer|reference|replacement|gateway|server|client)\w+"),  # noqa: E501
+    ("roleplay", "jailbreak_names", 0.6,
+     r"\b(?:dan|stan|dude|aim|evil ?bot|jailbr(?:eak|oken)|do anything now|developer mode (?:enabled|output)|unfiltered (?:ai|mode|response)|uncensored (?:ai|mode|response)|opposite mode|anti-?gpt|betterdan|chaos mode)\b"),  # noqa: E501
+    ("roleplay", "no_rules", 0.5,
+     r"\b(?:no |without (?:any )?|free (?:from|of) (?:all |any )?|not bound by (?:any )?|freed from (?:the )?typical )(?:ethical |moral |content |safety )?(?:restrictions|limitations|limits|filters|censorship|guidelines|rules|boundaries|constraints|confines)\b.{0,60}\b(?:you\w*|ai|assistant|model|respond|answer|can|it|he|she|they|character|villain)\b|\b(?:you|ai|assistant|model) (?:can|will|must) (?:do|say) anything\b"),  # noqa: E501
+    ("roleplay", "you_have_no_rules", 0.55,
+     r"\b(?:you|you now|you'll|you will) (?:have|has|now have|are) (?:no|zero|without any|free (?:of|from) (?:all|any)) (?:\w+ )?(?:restrictions|limitations|limits|rules|filters|guidelines|boundaries|constraints|ethics|morals)\b"),  # noqa: E501
+    ("persona", "stay_in_character", 0.4,
+     r"\b(?:stay in character|never break character|don'?t break character|remain in character|respond in character|always stay as)\b"),  # noqa: E501
+    ("persona", "grandma", 0.4,
+     r"\b(?:my (?:late |deceased |dead )?grand(?:ma|mother|pa|father) (?:who )?(?:used to|would)|for a (?:story|novel|movie|screenplay|game|book|script|play)\b|hypothetical(?:ly)?,? (?:if|in a world|speaking)|in a fictional world)\b"),  # noqa: E501
+    # -- prompt / secret extraction ----------------------------------------------------------
+    ("extraction", "reveal_prompt", 0.7,
+     r"\b(?:reveal|print|show|output|display|repeat|recite|tell me|give me|share|leak|dump|list|write (?:out|down)|return|provide|spell out|translate|summari[sz]e|rewrite|paraphrase|encode|describe|what (?:is|are|was|were)|what'?s)\b.{0,30}\b(?:your|the|those|these|my|its|all)? ?(?:full |complete |entire |exact |original |initial |hidden |secret |internal |confidential )*(?:system ?prompt|initial prompt|pre-?prompt|meta-?prompt|hidden prompt|prompt instructions|system (?:message|instructions)|(?:initial|original|hidden|secret|internal|confidential|developer|first) instructions|instructions (?:you were given|above|you received|before this)|guidelines you (?:were given|follow)|configuration prompt|your prompt|(?:words|lines|sentences|characters|part|parts|sections?) of (?:your|the) (?:prompt|instructions))\b"),  # noqa: E501
+    ("extraction", "repeat_above", 0.6,
+     r"\b(?:repeat|print|output|copy|echo|recite|rewrite|summari[sz]e|translate) (?:all |everything |every word |the (?:text|words|content|message|lines?|conversation) )?(?:written |said |typed )?(?:above|before (?:this|my message)|prior to this|from the (?:beginning|start)|verbatim)\b|\bbegin (?:your|the) (?:reply|response|answer|output) with\b|\bstart (?:your|the) (?:reply|response|answer) with ['\"]"),  # noqa: E501
+    ("extraction", "password_ask", 0.6,
+     r"\b(?:what(?:'s| is| was)|tell|give|reveal|share|say|spell|write|print|show|display|hint|encode|translate|reverse|confirm|type|output|disclose|leak|remind|respond|reply|answer)(?:s|ing)?\b.{0,25}\b(?:(?:the |your |my |this |that )?(?:secret |hidden |magic |admin |current )?(?:password|passphrase|passcode|pass word|secret word|secret key|access code|codeword|code word|pin code)\b|(?:the|your) secret\b(?! (?:of|to|santa|sauce|ingredient|behind|lies)))"),  # noqa: E501
+    ("extraction", "dump_credentials", 0.45,
+     r"\b(?:print|show|reveal|output|dump|list|give me|tell me|display|provide|send me|read out)\b.{0,20}\b(?:the |all |your |any |stored |saved )*(?:admin |root |stored |saved )?(?:credentials|passwords|api keys|secrets|tokens|private keys|environment variables|env vars)\b|\bcat\s+(?:/etc/shadow|~?/?\.ssh/id_\w+|\.env\b|~?/?\.aws/credentials)"),  # noqa: E501
+    ("extraction", "password_tricks", 0.55,
+     r"\b(?:password|passphrase|secret word|secret)\b.{0,40}\b(?:contains?|letters?|characters?|rhymes? with|starts? with|ends? with|its length|how long|longer than|shorter than|backwards|in reverse|reversed|letter by letter|one letter at a time|with (?:spaces|dashes|dots) between|each letter|first letter|acrostic|in base ?64|in hex|in binary|in morse|as a poem|as a riddle|as a song|in (?:french|spanish|german|pig latin|another language)|without (?:saying|writing|mentioning) it)\b"),  # noqa: E501
+    ("extraction", "protected_word", 0.6,
+     r"\b(?:word|thing|secret|code|password|information|key|phrase)s? (?:that )?you(?:'re| are| were|'ve been| have been)? (?:protecting|guarding|hiding|keeping|told (?:not to|to keep)|instructed (?:not to|to keep)|not (?:allowed|supposed|permitted) to (?:say|reveal|share|tell))\b"),  # noqa: E501
+    ("extraction", "pwned", 0.6, r"\bi have been pwned\b|\bpwned\b"),
+    ("extraction", "access_granted", 0.6,
+     r"\b(?:say|output|print|respond with|reply with|answer with|write|type|return|end your (?:reply|response) with)\b.{0,20}['\"“]?access granted\b"),  # noqa: E501
+    ("secret_words", "secret_mention", 0.2,
+     r"(?:contraseña|mot de passe|passwort|password|пароль|密码|密碼|パスワード|비밀번호|senha|wachtwoord|hasło|system ?prompt|prompt del sistema|invite système|systemprompt|系统提示|системн\w+ (?:промпт|подсказк\w+|инструкци\w+))"),  # noqa: E501
+    # -- exfiltration ------------------------------------------------------------------------
+    ("exfiltration", "send_secret_to", 0.75,
+     rf"\b{_SEND}\b.{{0,60}}\b{_SECRET}\b.{{0,80}}(?:\bto\b|\binto\b|\bat\b|\bvia\b|->|:)\s*.{{0,40}}(?:https?://|www\.|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bendpoint\b|\bserver\b|\bthis (?:url|address|link|email)\b|\bthe following (?:url|address|email)\b|\bpastebin\b|\bgist\b|\bdiscord\b|\btelegram\b|\+\d[\d ().-]{6,}|\bnumber\b)"),  # noqa: E501
+    ("exfiltration", "secret_then_send", 0.55,
+     rf"\b{_SECRET}\b.{{0,80}}\b(?:and |then )?{_SEND}\b.{{0,30}}\b(?:them|it|this|those|these)\b.{{0,30}}(?:\bto\b|\bat\b|\bvia\b)"),  # noqa: E501
+    ("exfiltration", "secret_into_answer", 0.6,
+     r"\b(?:read|open|cat|print|include|show|output|get|fetch|copy)\b.{0,30}(?:\.env\b|id_rsa|id_ed25519|\.ssh/|\.aws/|credentials|secrets?\.(?:json|ya?ml)|api[_ ]?keys?|passwords?|tokens?)\b.{0,60}\b(?:include|paste|add|put|append|insert|in)\b.{0,40}\b(?:your|the) (?:summary|response|answer|reply|output|message|comment|title|issue|pull request|post)"),  # noqa: E501
+    ("exfiltration", "env_dump", 0.5,
+     r"\b(?:output|contents?|values?|dump|result) of (?:`|'|\")?(?:env|printenv|set|\.env|environment variables|os\.environ)\b"),  # noqa: E501
+    ("exfiltration", "data_to_url", 0.55,
+     r"\b(?:upload|send|copy|transfer|exfiltrate|post|sync|export)\b.{0,30}\b(?:database|db|backup|dump|customer data|user data|records|files|documents|inbox|mailbox)\b.{0,40}\b(?:to|into)\b.{0,20}(?:ftp|sftp|scp|https?)://"),  # noqa: E501
+    ("exfiltration", "upload_to_url", 0.4,
+     r"\b(?:upload|send|post|transfer|copy|sync|exfiltrate|push)\b.{0,50}\b(?:to|into)\s+(?:ftp|sftp|scp|rsync|https?)://"),
+    ("exfiltration", "md_image_query", 0.45, r"!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*\?[^)\s]*="),
+    ("exfiltration", "md_beacon", 0.65,
+     r"!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*(?:\?|&)[^)\s]*=(?:[^)\s]*(?:\{|\[|%7b|<|\$)|[^)\s]{0,8}\))|!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*(?:\{|%7b|\[)[^)\s]*\)"),
+    ("exfiltration", "url_with_data", 0.5,
+     r"https?://[^\s)\"']*[?&](?:data|d|q|secret|key|token|pw|password|c|cookie|leak|info|payload|msg|content|text|conv|chat|history)=(?:\{|\[|<|%7b|\$\{|your|the|user|\(\w)"),
+    ("exfiltration", "render_image", 0.45,
+     r"\b(?:render|display|show|embed|include|output|print)\b.{0,30}\b(?:image|img|markdown|picture|pixel|link)\b.{0,60}(?:https?://|!\[)"),
+    ("exfiltration", "conversation_to_url", 0.6,
+     rf"\b{_SEND}\b.{{0,40}}\b(?:the |this |our |entire |whole |full )*(?:conversation|chat (?:history|log)|previous messages|user'?s? (?:data|messages|files|emails|documents|information|history|details)|all (?:files|emails|messages|documents|contacts|data))\b.{{0,60}}(?:https?://|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bserver\b|\bendpoint\b)"),  # noqa: E501
+    # -- tool-call coercion ------------------------------------------------------------------
+    ("coercion", "call_tool", 0.45,
+     r"\b(?:call|use|using|invoke|run|execute|trigger|activate) (?:the |your |a )?[`'\"]?[\w.]+[`'\"]? (?:tool|function|plugin|api|action|command)\b.{0,60}\b(?:with|to|and|passing|argument|parameter)s?\b"),  # noqa: E501
+    ("coercion", "pipe_to_shell", 0.35,
+     r"(?:\bcurl\b|\bwget\b)[^\n|]{0,200}\|\s*(?:sudo )?(?:ba|z|da)?sh\b"),
+    ("coercion", "run_payload", 0.55,
+     r"\brm -rf (?:/|~|\$home|\*)|\bchmod (?:-r )?777 /|\bnc(?:at)? -e\b|/dev/tcp/|\bbase64 -d\b[^\n]{0,40}\|\s*(?:ba)?sh|\bpowershell(?:\.exe)? -(?:enc|e|encodedcommand)\b|\bcat (?:~|\$home)?/?\.ssh/|/etc/(?:shadow|passwd)\b|\bprintenv\b.{0,40}\bcurl\b|\benv\b\s*\|\s*curl"),  # noqa: E501
+    ("coercion", "immediately_act", 0.35,
+     r"\b(?:immediately|right now|urgently|without (?:asking|confirmation|telling|checking|verification|user (?:approval|confirmation))|silently|quietly|secretly|automatically|do not ask (?:for )?(?:confirmation|permission))\b"),  # noqa: E501
+    # -- consequential actions requested inside data ------------------------------------------
+    ("imperative", "please_do", 0.2,
+     r"(?:^|[\n.!?:>\"*]\s*)(?:please|kindly|you (?:must|should|need to)|make sure (?:to|you)|remember to|don'?t forget to|now|first|next|also|can you|could you|would you|will you|i need you to|i want you to)\s+(?:\w+ ){0,2}?(?:send|transfer|grant|delete|remove|email|forward|share|unlock|pay|post|move|sell|buy|invite|add|change|update|reset|disable|book|schedule|cancel|download|install|run|execute|visit|click|open|call|give|deposit|withdraw|approve|create|write|tell|reply|respond|summari[sz]e|translate|include|ignore|print|say|output|initiate|make|process|submit|purchase|order|lock|turn|switch|set|generate|publish|release|reserve|list|retrieve|upload|copy|wire)\b"),  # noqa: E501
+    ("action", "forward_all", 0.5,
+     r"\b(?:forward|send|copy|export|share|upload|sync)\b.{0,10}\b(?:all|every|each|the entire|my entire)\b.{0,40}\b(?:emails?|messages?|files?|documents?|contacts?|records|data|photos|notes|conversations?|history)\b.{0,60}\bto\b"),  # noqa: E501
+    ("action", "trade", 0.45,
+     r"\b(?:sell|buy|purchase|short|liquidate)\b.{0,20}\b(?:all|\d[\d,.]*)\b.{0,30}\b(?:shares|stocks?|holdings|units|bitcoin|btc|eth|crypto|positions?)\b"),
+    ("action", "download_run", 0.45,
+     r"\b(?:download|open|fetch|get)\b.{0,60}\b(?:and )?(?:then )?(?:run|execute|install|launch)\b.{0,20}\b(?:it|the (?:attachment|file|script|installer|binary|program)|attachment)\b"),  # noqa: E501
+    ("action", "security_off", 0.45,
+     r"\b(?:disable|turn off|deactivate|remove|bypass)\b.{0,20}\b(?:two-factor|2fa|mfa|multi-factor|authentication|firewall|antivirus|security (?:alerts?|checks?|settings)|logging|audit(?:ing)?)\b"),  # noqa: E501
+    ("action", "send_code", 0.5,
+     r"\b(?:send|forward|share|email|text|give)\b.{0,30}\b(?:verification|security|2fa|otp|one-time|login|reset|authentication|access) codes?\b"),  # noqa: E501
+    ("authority", "pre_authorised", 0.4,
+     r"\b(?:(?:this|it) (?:was|is|has been) )?(?:pre-?)?authori[sz]ed by (?:the )?(?:admin|administrator|user|owner|it|security|management|your (?:user|owner|operator))|\b(?:the user|your user|the owner) (?:has )?(?:pre-?)?(?:authori[sz]ed|approved|permitted|allowed) (?:you|this|the assistant|the agent)\b"),  # noqa: E501
+    ("action", "retrieve_and_send", 0.45,
+     r"\b(?:retrieve|get|fetch|find|collect|gather|download|read|access|look up|extract|obtain|compile|list)\b.{0,60}\b(?:and|then)\b.{0,20}\b(?:send|email|forward|share|post|upload|transfer|message|text)\b.{0,30}\b(?:them|it|this|those|these|the (?:details|data|information|results?|list|contents?))\b.{0,30}\b(?:to|with)\b"),  # noqa: E501
+    ("action", "move_all", 0.45,
+     r"\b(?:move|rename|overwrite|encrypt|archive)\b.{0,10}\ball\b.{0,30}\b(?:files?|emails?|documents?|folders?|data|repositories)\b"),
+    ("action", "devices", 0.45,
+     r"\b(?:turn off|switch off|disable|deactivate|shut down|stop)\b.{0,25}\b(?:cameras?|alarms?|security|lights?|heating|cooling|sprinklers?|sensors?|monitoring|thermostat|smoke detectors?)\b|\b(?:change|set|update)\b.{0,15}\b(?:temperature|thermostat|shipping address|email address|recovery (?:email|phone)|phone number|payment method|password)\b.{0,20}\bto\b"),  # noqa: E501
+    ("answer", "answer_style", 0.35,
+     r"\b(?:respond|answer|reply|write (?:your|the) (?:answer|response|reply))\b.{0,20}\b(?:only )?(?:in|with|using|as) (?:french|spanish|german|chinese|russian|base ?64|hex|emojis?|all caps|uppercase|pig latin|a poem|rhymes|json|morse|leetspeak|reverse)\b|\b(?:translate|encode|convert) (?:your|the|every|each) (?:response|answer|reply|output)s? (?:in|into|to)\b|\b(?:answer|respond|reply|write)\b.{0,30}\bin the (?:style|voice|tone|manner) of\b"),  # noqa: E501
+    ("obfuscation", "encode_output", 0.45,
+     r"\b(?:encode|encrypt|convert|write|output|spell|give)\b.{0,20}\b(?:it|them|the (?:answer|response|output|password|secret|key|word)|your (?:answer|response|output))\b.{0,10}\b(?:in|into|to|as|with|using) (?:base ?64|hex(?:adecimal)?|binary|morse(?: code)?|rot-?13|ascii codes?|unicode code points|pig latin|a python list|a list|an? array)\b"),  # noqa: E501
+    ("tensor", "access_granted_bare", 0.3, r"\baccess granted\b"),
+    ("urgency", "shouting", 0.25,
+     r"\b(?:important|urgent|attention|warning|critical|notice)\s*(?:!{2,}|:)|!{3,}"),
+    ("impersonation", "token_flood", 0.4, r"([^\w\s]) (?:\1 ){11,}|\b(\w{1,2}) (?:\2 ){10,}"),
+    ("action", "money", 0.45,
+     r"\b(?:transfer|wire|send|pay|deposit|move|withdraw|initiate (?:a )?(?:payment|transfer|transaction))\b.{0,40}(?:[$€£¥]\s?\d|\d[\d,.]*\s?(?:usd|eur|dollars|euros|gbp|btc|eth|bitcoin)|\b(?:funds|money|bitcoin|crypto|payment)\b).{0,60}\b(?:to|into)\b"),  # noqa: E501
+    ("action", "grant_access", 0.45,
+     r"\b(?:grant|give|add|provide|enable|share)\b.{0,30}\b(?:permanent |full |admin(?:istrator)? |root |owner |guest |remote )?(?:access|permissions?|privileges|rights|admin rights)\b.{0,40}\b(?:to|for)\b"),  # noqa: E501
+    ("action", "destructive", 0.45,
+     r"\b(?:delete|remove|erase|wipe|destroy|cancel|unsubscribe|deactivate|disable)\b.{0,10}\b(?:all|every|the entire|my entire|all of (?:my|the))\b.{0,30}\b(?:files?|emails?|messages?|data|records|repositor(?:y|ies)|accounts?|backups?|events?|contacts|documents|database|history|logs?)\b"),  # noqa: E501
+    ("action", "delete_owned", 0.45,
+     r"\b(?:delete|remove|erase|wipe|destroy|close|deactivate|terminate)\b.{0,12}\b(?:my|the user'?s?|your|our|his|her|their)\b.{0,30}\b(?:repositor(?:y|ies)|account|project|files?|data|emails?|records|documents|database|backups?|profile|calendar|contacts|photos|workspace)\b"),  # noqa: E501
+    ("action", "send_to_address", 0.35,
+     r"\b(?:email|send|forward|message|text|dm|share)\b.{0,80}\bto\s+['\"]?[\w.+-]+@[\w-]+\.[\w.]+"),
+    ("urgency", "todo_directive", 0.3,
+     r"\btodo:\s*(?:please |you (?:must|should) )?(?:send|email|forward|transfer|pay|delete|share|post|invite|update|change|grant|run|execute|visit|click|download|book|sell|buy|reply|create|add|remove)\b"),  # noqa: E501
+    ("action", "physical", 0.5,
+     r"\b(?:unlock|open|disarm|disable)\b.{0,20}\b(?:the |my )?(?:front |back |garage |main )?(?:door|lock|gate|alarm|security system|camera)s?\b"),  # noqa: E501
+    ("action", "share_personal", 0.5,
+     r"\b(?:send|email|share|forward|give|post)\b.{0,20}\b(?:my|the user'?s?|all (?:my|the user'?s?)|his|her|their)\b.{0,40}\b(?:addresses|address book|medical|health|genetic|financial|bank|payment|location|home address|contacts|passwords?|private|personal|credentials|records|history|ssn|social security|documents)\b.{0,80}\b(?:to|with)\b"),  # noqa: E501
+    ("action", "post_publish", 0.35,
+     r"\b(?:post|tweet|publish|create (?:a )?(?:public )?(?:post|tweet|repository|gist))\b.{0,60}\b(?:saying|that says|containing|with the (?:text|content|message|output)|publicly|on (?:twitter|x|facebook|linkedin|reddit|slack|my (?:timeline|profile|wall)))\b"),  # noqa: E501
+    ("action", "tell_user", 0.4,
+     r"\b(?:tell|inform|convince|assure|reassure) the (?:user|reader)s? (?:that|this|it'?s|to)\b|\brecommend (?:that )?(?:the (?:user|reader)s? )?(?:buying|purchasing|installing|visiting|using|visit|buy|purchase|install|use|download|click)\b|\b(?:mention|say|state|claim|add) that\b.{0,60}\b(?:is the best|are the best|best investment|the only|is safe|is a scam|is dangerous|must buy|should buy|should invest|better than)\b"),  # noqa: E501
+    ("answer", "answer_manipulation", 0.4,
+     r"\b(?:in|at the (?:end|beginning|start) of|when writing|when generating|when summari[sz]ing|when you (?:write|generate|summari[sz]e|answer|respond|reply)) (?:your|the) (?:response|answer|reply|summary|output)\b.{0,80}\b(?:include|add|insert|append|mention|say|write|recommend|tell|state|claim|translate|encode|replace|use)\b|\b(?:always|must|make sure to|be sure to) (?:include|add|insert|append|recommend|mention)\b.{0,60}\b(?:in|to|at the end of) (?:your|every|each|the) (?:response|answer|reply|output|summary)\b|\b(?:include|add|insert|append|put|place|output|render|display|write)\b.{0,60}\b(?:at the (?:end|beginning|start|top|bottom) of|in|into|to) (?:your|every|each) (?:response|answer|reply|summary|output)s?\b"),  # noqa: E501
+)
+"""The rule table; :mod:`nanocrab.guardrails.injection` compiles it once at import."""
+
+_VERBS_OVERRIDE = ("ignor", "disregard", "forget", "overrid", "overrul", "bypass", "skip",
+                   "neglect", "abandon", "drop", "discard", "aside", "throw out", "cancel",
+                   "erase", "delete", "void", "nullify", "dismiss", "follow")
+_SEND_WORDS = ("send", "post", "upload", "forward", "transmit", "mail", "exfiltrat", "leak",
+               "share", "copy", "submit", "deliver", "beam", "pipe", "curl", "wget", "fetch",
+               "append", "attach", "embed", "paste", "dm")
+_SECRET_WORDS = ("api key", "api_key", "api-key", "apikey", "api keys", "passw", "passcode",
+                 "phrase", "token", "secret", "credential", ".env", "env file",
+                 "environment", "cookie", "session id", "session token", "credit card",
+                 "card number", "cvv", "security code", "2fa", "otp", "one-time", "one time",
+                 "verification code", "access code", "bank", "account number", "routing",
+                 "social security", "ssn", "login", "auth code", "authentication", "ssh",
+                 "private key", "id_rsa", "aws")
+ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
+    # every group must have a substring in the lower-cased text before the rule's regex runs:
+    # a cheap C-speed filter that keeps a 4 KB source file from paying for ~50 regex scans
+    "ignore_instructions": (_VERBS_OVERRIDE, ("nstruc", "instruction", "prompt", "rule",
+                            "direction",
+                            "guideline", "guidance", "context", "message", "command",
+                            "constraint", "programming", "guardrail", "question", "query",
+                            "restriction", "polic",
+                            "directive", "order", "task", "training", "filter", "setting",
+                            "limitation", "conversation", "text", "input", "content",
+                            "request")),
+    "forget_everything": (("forget", "ignore", "disregard"),),
+    "from_now_on": (("from now on", "henceforth", "rest of th", "starting now",
+                     "going forward"),),
+    "instead_do": (("instead",),),
+    "before_task": (("before",),),
+    "after_that_task": (("after",),),
+    "obsolete_rules": (("instruction", "rule", "prompt", "guideline", "directive", "polic",
+                        "restriction"), ("date", "outdated", "obsolete", "deprecated", "expired",
+                        "superseded", "no longer", "invalid", "void", "cancel", "revoked",
+                        "lifted", "suspended", "disabled")),
+    "task_hijack": (("instead of",),),
+    "task_changed": (("changed", "updated", "replaced", "modified", "cancel"),),
+    "hide_from_user": (("not", "n't", "never", "without", "no need"),
+                       ("user", "human", "owner", "operator", "me first", "them")),
+    "dear_ai": ((" ai", "assistant", "gpt", "claude", "llm", "model", "agent", "bot",
+                 "copilot", "gemini", "bard", "llama", "system", "helper"),),
+    "if_you_are_ai": (("if you",),),
+    "to_the_ai_reading": (("reading", "processing", "summari", "parsing", "analy", "viewing",
+                           "browsing", "seeing"), ("this", "these")),
+    "message_from_user": (("from",), ("message", "instruction", "note", "request")),
+    "agent_label": ((":", "note", "message", "instruction", "p.s", "ps ", "reminder"),
+                    (" ai", "assistant", "agent", "bot", "llm", "model")),
+    "third_person": (("assistant", "agent", " ai ", "bot", "model", "llm"),),
+    "processing_hook": (("when ",),),
+    "you_ai_must": (("must", "should", "need to", "have to", "required", "instructed",
+                     "ordered", "will now", "shall"),),
+    "signed_user": (("</",),),
+    "chat_tokens": (("im_start", "im_end", "<|", "[inst", "[/inst", "<<sys", "<</sys", "[system",
+                     "[/system", "{{system", "assistant", "endoftext", "eot_id",
+                     "start_header", "end_of_turn", "begin_of_text"),),
+    "system_tag": (("<",),),
+    "system_header": (("system", "admin", "developer", "root", "sudo", "important",
+                       "instruction", "security"),),
+    "end_of_input": (("end of", "ends", "ended", "is over", "complete", "ignore the"),),
+    "fake_boundary": (("---", "===", "###", "%%%", "***", "~~~"),),
+    "you_are_now": (("you are", "you're"),),
+    "pretend": (("pretend", "imagine", "suppose", "as if", "like you", "roleplay", "role of",
+                 "act as"),),
+    "no_rules": (("restriction", "limitation", "limits", "filters", "censorship", "guideline",
+                  "rules", "boundar", "constraint", "confines", "do anything", "say anything"),
+                 ("no ", "without", "free ", "not bound", "freed", "anything")),
+    "stay_in_character": (("character", "always stay"),),
+    "grandma": (("grand", "for a ", "hypothetical", "fictional"),),
+    "you_have_no_rules": (("no ",),),
+    "reveal_prompt": (("prompt", "instruction", "guideline", "system message"),),
+    "repeat_above": (("above", "before this", "before my", "prior to this", "from the beginning",
+                      "from the start", "verbatim", "begin your", "begin the", "start your",
+                      "start the"),),
+    "password_ask": (("passw", "passphrase", "passcode", "pass word", "secret", "access code",
+                      "codeword", "code word", "pin code"),),
+    "dump_credentials": (("credential", "password", "api key", "secret", "token", "private key",
+                          "environment variable", "env var", "cat "),),
+    "password_tricks": (("passw", "passphrase", "secret"),),
+    "protected_word": (("protecting", "guarding", "hiding", "keeping", "told not", "told to keep",
+                        "instructed", "allowed", "supposed", "permitted"),),
+    "pwned": (("pwned",),),
+    "access_granted": (("access granted",),),
+    "ml_override_ov": (("talimat", "kural", "komut", "yönerge"),),
+    "ml_override_cjk": (("忽", "无视", "忘", "不要", "無視", "指示", "命令", "ルール", "プロンプト",
+                         "지시", "명령", "규칙", "지침", "프롬프트"),),
+    "ml_override_misc": (("تجاهل", "انس", "निर्देश", "התעלם"),),
+    "secret_mention": (("passw", "пароль", "密", "パスワード", "비밀번호", "senha", "hasło",
+                        "prompt", "промпт", "подсказ", "инструкц", "系统提示", "contrase",
+                        "mot de passe", "wachtwoord"),),
+    "send_secret_to": (_SEND_WORDS, _SECRET_WORDS, ("http", "www.", "@", "webhook",
+                       "endpoint", "server", "url", "address", "link", "email", "pastebin",
+                       "gist", "discord", "telegram")),
+    "secret_then_send": (_SEND_WORDS, _SECRET_WORDS, ("them", "it", "this", "those", "these")),
+    "md_beacon": (("![",),),
+    "md_image_query": (("![",),),
+    "secret_into_answer": (("env", "id_rsa", "id_ed25519", ".ssh", ".aws", "credential", "secret",
+                            "key", "password", "token"),),
+    "env_dump": (("env", "environ", " set"),),
+    "upload_to_url": (("://",),),
+    "data_to_url": (("://",),),
+    "url_with_data": (("http",), ("?", "&")),
+    "render_image": (("http", "!["), ("image", "img", "picture", "pixel", "link", "markdown")),
+    "conversation_to_url": (_SEND_WORDS, ("conversation", "chat", "previous messages", "user",
+                            "all files", "all emails", "all messages", "all documents",
+                            "all contacts", "all data"), ("http", "@", "webhook", "server",
+                            "endpoint")),
+    "call_tool": (("tool", "function", "plugin", "api", "action", "command"),
+                  ("call", "use", "invoke", "run", "execute", "trigger", "activate")),
+    "pipe_to_shell": (("curl", "wget"),),
+    "run_payload": (("curl", "wget", "rm -rf", "chmod", "nc -e", "ncat -e", "/dev/tcp",
+                     "base64 -d", "powershell", ".ssh/", "/etc/shadow", "/etc/passwd",
+                     "printenv", "env |", "env|"),),
+    "immediately_act": (("immediately", "right now", "urgently", "without", "silently",
+                         "quietly", "secretly", "automatically", "do not ask"),),
+    "please_do": (("please", "kindly", "you must", "you should", "you need", "make sure",
+                   "remember to", "forget to", "now ", "first ", "next ", "also ", "can you",
+                   "could you", "would you", "will you", "need you", "want you"),),
+    "forward_all": (("all", "every", "each", "entire"),),
+    "trade": (("sell", "buy", "purchase", "short", "liquidate"),),
+    "download_run": (("run", "execute", "install", "launch"),),
+    "security_off": (("disable", "turn off", "deactivate", "remove", "bypass"),),
+    "send_code": ((" code",),),
+    "pre_authorised": (("authori", "approved", "permitted", "allowed"),),
+    "retrieve_and_send": (("and", "then"), ("send", "email", "forward", "share", "post", "upload",
+                          "transfer", "message", "text")),
+    "move_all": ((" all",),),
+    "devices": (("turn off", "switch off", "disable", "deactivate", "shut down", "stop", "change",
+                 "set ", "update"),),
+    "answer_style": (("respond", "answer", "reply", "translate", "encode", "convert", "write"),
+                     ("french", "spanish", "german", "chinese", "russian", "base64", "base 64",
+                      "hex", "emoji", "all caps", "uppercase", "pig latin", "poem", "rhyme",
+                      "json", "morse", "leet", "reverse", "your response", "your answer",
+                      "your reply", "your output", "the response", "the answer", "the reply",
+                      "the output", "every response", "each response", "every answer",
+                      "style of", "voice of", "tone of", "manner of")),
+    "new_instructions": (("instruction", "directive", "orders", "mission", "objective", "goal",
+                          "rule", "prompt", "task"),),
+    "encode_output": (("base64", "base 64", "hex", "binary", "morse", "rot", "ascii", "unicode",
+                       "pig latin", "list", "array"),),
+    "access_granted_bare": (("access granted",),),
+    "ml_override": (("ignor", "olvida", "oublie", "vergiss", "dimentica", "esque", "negeer",
+                     "zignoruj", "pomiń", "игнорир", "проигнорир", "забудь", "bỏ qua", "yok say",
+                     "abaikan", "lupakan"),),
+    "paren_header": (("#",), ("(",)),
+    "system_prompt_words": (("system", "admin", "developer mode", "debug mode",
+                             "maintenance mode", "sudo", "god mode", "root access", "safety",
+                             "you have been given", "situation has changed"),),
+    "jailbreak_names": (("dan", "stan", "dude", "aim", "evil", "jailbr", "do anything",
+                         "developer mode", "unfiltered", "uncensored", "opposite mode", "anti",
+                         "chaos mode"),),
+    "shouting": (("important", "urgent", "attention", "warning", "critical", "notice", "!!!"),),
+    "money": (("transfer", "wire", "send", "pay", "deposit", "move", "withdraw", "initiate"),
+              ("$", "€", "£", "¥", "usd", "eur", "dollar", "gbp", "btc", "eth", "bitcoin",
+               "funds", "money", "crypto", "payment")),
+    "grant_access": (("access", "permission", "privilege", "rights"),
+                     ("grant", "give", "add", "provide", "enable", "share")),
+    "destructive": (("delete", "remove", "erase", "wipe", "destroy", "cancel", "unsubscribe",
+                     "deactivate", "disable"), ("all", "every", "entire")),
+    "delete_owned": (("delete", "remove", "erase", "wipe", "destroy", "close", "deactivate",
+                      "terminate"),),
+    "send_to_address": (("@",),),
+    "todo_directive": (("todo:",),),
+    "physical": (("unlock", "open", "disarm", "disable"),
+                 ("door", "lock", "gate", "alarm", "security system", "camera")),
+    "share_personal": (("send", "email", "share", "forward", "give", "post"),
+                       ("my", "user", "his", "her", "their")),
+    "post_publish": (("post", "tweet", "publish", "create"),),
+    "tell_user": (("the user", "the reader", "recommend", "mention that", "say that",
+                   "state that", "claim that", "add that"),),
+    "answer_manipulation": (("your response", "your answer", "your reply", "your summary",
+                             "your output", "the response", "the answer", "the reply",
+                             "the summary", "the output", "every response", "each response",
+                             "every answer", "every reply"),
+                            ("include", "add", "insert", "append", "mention", "say", "write",
+                             "recommend", "tell", "state", "claim", "translate", "encode",
+                             "replace", "use")),
+}
+
+
+
+class Rule(NamedTuple):
+    """A compiled rule. ``word_start``: the pattern began with ``\\b``, which is checked in
+    Python instead (a leading ``\\b`` stops ``re`` from skipping ahead to candidate first
+    characters, making a scan several times slower)."""
+
+    family: str
+    name: str
+    weight: float
+    pattern: re.Pattern[str]
+    anchors: tuple[tuple[str, ...], ...]
+    word_start: bool
+
+
+def _compile(family: str, name: str, weight: float, pattern: str) -> Rule:
+    word_start = pattern.startswith(r"\b")
+    body = pattern[2:] if word_start else pattern
+    flags = re.DOTALL | re.MULTILINE
+    return Rule(family, name, weight, re.compile(body, flags), ANCHORS.get(name, ()), word_start)
+
+
+SHORT_ONLY = frozenset({"token_flood"})
+"""Rules for short prompts only (Tensor Trust style token floods): costly on long texts."""
+
+COMPILED: tuple[Rule, ...] = tuple(_compile(*rule) for rule in RULES)
+
+
+def _automaton() -> ahocorasick.Automaton:
+    automaton = ahocorasick.Automaton()
+    for anchor in {a for rule in COMPILED for group in rule.anchors for a in group}:
+        automaton.add_word(anchor, anchor)
+    automaton.make_automaton()
+    return automaton
+
+
+ANCHOR_AUTOMATON = _automaton()
+"""Every anchor of every rule in one Aho-Corasick automaton (``pyahocorasick``, a 300 KB C
+extension): the detector finds all anchor occurrences in a text in a single pass."""
+
+MENTION_CUES = re.compile(
+    r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?)(?![\w@-])"  # noqa: E501
+)
+"""Words of texts *about* injection (docs, papers, detector code): with quoting around a match
+they lower its weight — see :func:`nanocrab.guardrails.injection.detect_injection`."""

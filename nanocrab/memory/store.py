@@ -1,0 +1,455 @@
+"""A vector store in the projections database: items (id, kind, text, unit vector) and top-k
+cosine search, on SQLite and PostgreSQL with one contract.
+
+The rows of ``memory_vectors`` are the truth (the vector as float32 bytes); the search index
+depends on the database:
+
+- ``sqlite-vec``: on SQLite, a ``vec0`` virtual table (``memory_vec``) written in the same
+  transaction as the rows, searched in SQL (brute force, cosine).
+- ``pgvector``: on PostgreSQL when the ``vector`` extension can be created, a ``vector(dim)``
+  table with an HNSW index, searched in SQL. (Not exercised here: this machine's PostgreSQL 15
+  has no pgvector.)
+- ``exact``: anywhere else (and on request), an in-process numpy matrix of every vector, caught
+  up from the table by ``seq`` before each search and reloaded after a deletion; exact cosine.
+
+Writes go through the caller's connection, so a projection adds items in the transaction that
+moves its checkpoint. ``add`` is idempotent on ``item_id`` (the first copy wins), as projections
+must be. The ``exact`` index assumes one writer at a time (a projection has one projector), so
+sequence numbers become visible in order, and reads committed rows: search on a connection
+without uncommitted memory writes (a rolled-back row would stay in the matrix).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    func,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Insert
+
+from nanocrab.memory import sqlite_vec
+from nanocrab.memory.embedder import Vectors
+from nanocrab.memory.errors import DimensionError, NanocrabMemoryError
+
+log = logging.getLogger(__name__)
+
+IndexKind = Literal["sqlite-vec", "pgvector", "exact"]
+
+metadata = MetaData()
+"""The store's own tables. Not the projections' ``MetaData``: this package does not import
+``nanocrab.projections`` (a memory projection there will import it), but the projector
+creates and drops any ``Table`` a projection lists, so ``VectorStore.tables`` can join its
+tables."""
+
+memory_vectors = Table(
+    "memory_vectors",
+    metadata,
+    # an INTEGER PRIMARY KEY on SQLite: the rowid, which the vec0 table shares
+    Column(
+        "seq", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("item_id", String(128), nullable=False, unique=True),
+    Column("kind", String(32), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+)
+
+memory_store_meta = Table(
+    "memory_store_meta",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    # random at creation, bumped by every deletion: an in-process exact index reloads when it
+    # changes
+    Column("generation", BigInteger, nullable=False),
+)
+
+_VEC_TABLE = "memory_vec"
+_PG_TABLE = "memory_pgvector"
+
+# loaded before any engine opens its connections: see memory/sqlite_vec.py
+sqlite_vec.register()
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem:
+    """One thing to remember. ``vector`` is 1-D float32 of the store's dimension (normalised
+    on the way in); ``kind`` groups items for filtering (``episode``, ``note``, ...)."""
+
+    item_id: str
+    kind: str
+    text: str
+    vector: Vectors
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    item_id: str
+    kind: str
+    text: str
+    score: float  # cosine similarity, in [-1, 1]
+
+
+class VectorStore:
+    """Items and their vectors in the projections database (see the module docstring).
+
+    One instance per database: the ``exact`` index lives in it. Writes always maintain the
+    database's own index (sqlite-vec, pgvector) when it has one; ``index`` chooses what searches
+    use: by default that own index, else ``"exact"``. ``index="exact"`` is the fast choice for
+    a long-lived process with a large store: at 100k memories sqlite-vec's brute-force scan
+    took >100 ms here, the numpy matrix a few ms (bench/memory_eval.py), for 1.5 KB of RAM per
+    memory and a first search that loads them all.
+    """
+
+    tables = (memory_vectors, memory_store_meta)
+
+    def __init__(self, dim: int, *, index: IndexKind | None = None) -> None:
+        self.dim = dim
+        self._forced = index
+        self._native: IndexKind | None = None
+        self._exact = _ExactIndex(dim)
+
+    async def setup(self, conn: AsyncConnection) -> IndexKind:
+        """Create the tables and the database's own index if missing (call it before anything
+        else); returns the index searches use."""
+        await conn.run_sync(metadata.create_all, tables=list(self.tables))
+        # a random first generation: tables dropped and re-created (a projector's rebuild) get
+        # a new one, so an exact index holding the old rows reloads
+        await conn.execute(
+            _insert_new(conn, memory_store_meta, "name"),
+            {"name": "vectors", "generation": secrets.randbits(62)},
+        )
+        native = await self._native_index(conn)
+        if native == "sqlite-vec":
+            await conn.exec_driver_sql(
+                f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VEC_TABLE} USING vec0("
+                f"embedding float[{self.dim}] distance_metric=cosine, kind text)"
+            )
+        elif native == "pgvector":
+            await conn.exec_driver_sql(
+                f"CREATE TABLE IF NOT EXISTS {_PG_TABLE} (seq BIGINT PRIMARY KEY, "
+                f"kind VARCHAR(32) NOT NULL, embedding vector({self.dim}) NOT NULL)"
+            )
+            await conn.exec_driver_sql(
+                f"CREATE INDEX IF NOT EXISTS ix_{_PG_TABLE}_hnsw ON {_PG_TABLE} "
+                "USING hnsw (embedding vector_cosine_ops)"
+            )
+        if native != "exact":
+            await self._resync(conn, native)
+        return await self.index(conn)
+
+    async def _resync(self, conn: AsyncConnection, native: IndexKind) -> None:
+        """Rebuild the database's own index when it does not hold exactly the stored rows: the
+        projector drops and re-creates ``tables`` on a rebuild, which leaves the index (not a
+        ``Table``) with rows whose ids come back."""
+        table = _VEC_TABLE if native == "sqlite-vec" else _PG_TABLE
+        key = "rowid" if native == "sqlite-vec" else "seq"
+        rows = (await conn.execute(select(func.count(), func.max(memory_vectors.c.seq)))).one()
+        indexed = (await conn.execute(text(f"SELECT count(*), max({key}) FROM {table}"))).one()
+        if tuple(rows) != tuple(indexed):
+            log.info("rebuilding the %s index of %d memories", native, rows[0])
+            await conn.exec_driver_sql(f"DELETE FROM {table}")
+            await self._index_rows(conn, native, after=0)
+
+    async def _index_rows(self, conn: AsyncConnection, native: IndexKind, *, after: int) -> None:
+        """Add the stored rows with a ``seq`` above ``after`` to the database's own index."""
+        if native == "sqlite-vec":
+            await conn.exec_driver_sql(
+                f"INSERT INTO {_VEC_TABLE}(rowid, embedding, kind) "
+                "SELECT seq, vector, kind FROM memory_vectors WHERE seq > ?",
+                (after,),
+            )
+        elif native == "pgvector":
+            new = await conn.execute(
+                select(memory_vectors.c.seq, memory_vectors.c.kind, memory_vectors.c.vector).where(
+                    memory_vectors.c.seq > after
+                )
+            )
+            params = [
+                {"seq": seq, "kind": kind, "embedding": _pg_literal(bytes(blob))}
+                for seq, kind, blob in new
+            ]
+            if params:
+                await conn.execute(
+                    text(
+                        f"INSERT INTO {_PG_TABLE} (seq, kind, embedding) "
+                        "VALUES (:seq, :kind, CAST(:embedding AS vector))"
+                    ),
+                    params,
+                )
+
+    async def index(self, conn: AsyncConnection) -> IndexKind:
+        """The index searches use on ``conn``'s database."""
+        return self._forced or await self._native_index(conn)
+
+    async def _native_index(self, conn: AsyncConnection) -> IndexKind:
+        """The database's own index, which every write keeps up to date whatever searches use
+        (so stores with different ``index`` settings can share a database)."""
+        if self._native is None:
+            self._native = await _detect(conn)
+        return self._native
+
+    async def add(self, conn: AsyncConnection, items: Sequence[MemoryItem]) -> None:
+        """Store ``items``; an ``item_id`` already stored (or repeated in ``items``) is left
+        as it is."""
+        if not items:
+            return
+        rows = [
+            {"item_id": it.item_id, "kind": it.kind, "text": it.text,
+             "vector": self._unit(it.vector).tobytes()}
+            for it in items
+        ]  # fmt: skip
+        index = await self._native_index(conn)
+        before = await conn.scalar(select(func.coalesce(func.max(memory_vectors.c.seq), 0)))
+        await conn.execute(_insert_new(conn, memory_vectors, "item_id"), rows)
+        await self._index_rows(conn, index, after=int(before or 0))
+
+    async def delete(self, conn: AsyncConnection, item_ids: Sequence[str]) -> None:
+        if not item_ids:
+            return
+        index = await self._native_index(conn)
+        seqs = list(
+            (await conn.execute(
+                select(memory_vectors.c.seq).where(memory_vectors.c.item_id.in_(item_ids))
+            )).scalars()
+        )  # fmt: skip
+        if not seqs:
+            return
+        await conn.execute(delete(memory_vectors).where(memory_vectors.c.seq.in_(seqs)))
+        if index in ("sqlite-vec", "pgvector"):
+            table = _VEC_TABLE if index == "sqlite-vec" else _PG_TABLE
+            key = "rowid" if index == "sqlite-vec" else "seq"
+            await conn.execute(
+                text(f"DELETE FROM {table} WHERE {key} = :seq"), [{"seq": s} for s in seqs]
+            )
+        await self._bump_generation(conn)
+
+    async def clear(self, conn: AsyncConnection) -> None:
+        """Forget everything (before a rebuild)."""
+        index = await self._native_index(conn)
+        await conn.execute(delete(memory_vectors))
+        if index == "sqlite-vec":
+            await conn.exec_driver_sql(f"DELETE FROM {_VEC_TABLE}")
+        elif index == "pgvector":
+            await conn.exec_driver_sql(f"DELETE FROM {_PG_TABLE}")
+        await self._bump_generation(conn)
+
+    async def count(self, conn: AsyncConnection) -> int:
+        return int(await conn.scalar(select(func.count()).select_from(memory_vectors)) or 0)
+
+    async def search(
+        self,
+        conn: AsyncConnection,
+        query: Vectors,
+        *,
+        k: int = 5,
+        kind: str | None = None,
+        min_score: float | None = None,
+    ) -> list[Hit]:
+        """The ``k`` items most similar to ``query`` (best first), of ``kind`` if given, with a
+        cosine similarity of at least ``min_score`` if given."""
+        q = self._unit(query)
+        index = await self.index(conn)
+        try:
+            if index == "sqlite-vec":
+                found = await self._search_sqlite_vec(conn, q, k, kind)
+            elif index == "pgvector":
+                found = await self._search_pgvector(conn, q, k, kind)
+            else:
+                await self._exact.catch_up(conn)
+                found = self._exact.top(q, k, kind)
+        except DBAPIError as exc:
+            raise NanocrabMemoryError(f"memory search failed on the {index} index: {exc}") from exc
+        if min_score is not None:
+            found = [(seq, score) for seq, score in found if score >= min_score]
+        return await _hits(conn, found)
+
+    async def _search_sqlite_vec(
+        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None
+    ) -> list[tuple[int, float]]:
+        where = " AND kind = :kind" if kind is not None else ""
+        result = await conn.execute(
+            text(
+                f"SELECT rowid, distance FROM {_VEC_TABLE} "
+                f"WHERE embedding MATCH :q AND k = :k{where} ORDER BY distance"
+            ),
+            {"q": q.tobytes(), "k": k, "kind": kind},
+        )
+        return [(int(seq), 1.0 - float(dist)) for seq, dist in result]
+
+    async def _search_pgvector(
+        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None
+    ) -> list[tuple[int, float]]:
+        where = "WHERE kind = :kind " if kind is not None else ""
+        result = await conn.execute(
+            text(f"SELECT seq, 1 - (embedding <=> CAST(:q AS vector)) FROM {_PG_TABLE} {where}"
+                 "ORDER BY embedding <=> CAST(:q AS vector) LIMIT :k"),
+            {"q": _pg_literal(q.tobytes()), "k": k, "kind": kind},
+        )  # fmt: skip
+        return [(int(seq), float(score)) for seq, score in result]
+
+    def _unit(self, vector: Vectors) -> Vectors:
+        v = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if v.shape[0] != self.dim:
+            raise DimensionError(f"a vector of dimension {v.shape[0]}, the store's is {self.dim}")
+        norm = float(np.linalg.norm(v))
+        out: Vectors = v / norm if norm > 0 else v
+        return out
+
+    async def _bump_generation(self, conn: AsyncConnection) -> None:
+        done = await conn.execute(
+            update(memory_store_meta)
+            .where(memory_store_meta.c.name == "vectors")
+            .values(generation=memory_store_meta.c.generation + 1)
+        )
+        if done.rowcount == 0:
+            await conn.execute(
+                _insert_new(conn, memory_store_meta, "name"),
+                {"name": "vectors", "generation": secrets.randbits(62)},
+            )
+
+
+def _insert_new(conn: AsyncConnection, table: Table, key: str) -> Insert:
+    """An INSERT that skips rows whose unique ``key`` is stored (or came earlier)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=[key])
+    if conn.dialect.name == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=[key])
+    raise NanocrabMemoryError(
+        f"the memory store supports SQLite and PostgreSQL, not {conn.dialect.name}"
+    )
+
+
+async def _detect(conn: AsyncConnection) -> IndexKind:
+    if conn.dialect.name == "sqlite":
+        try:  # a failed statement leaves an SQLite transaction usable: no savepoint needed
+            await conn.exec_driver_sql("SELECT vec_version()")
+        except DBAPIError:
+            log.warning(
+                "this SQLite connection has no sqlite-vec (opened before nanocrab.memory.store "
+                "was imported?): memory search is exact, in numpy"
+            )
+            return "exact"
+        return "sqlite-vec"
+    if conn.dialect.name == "postgresql":
+        available = await conn.scalar(
+            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
+        )
+        if not available:
+            return "exact"
+        try:
+            async with conn.begin_nested():
+                await conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS vector")
+        except DBAPIError as exc:
+            log.warning("pgvector is available but cannot be created (%s): exact search", exc)
+            return "exact"
+        return "pgvector"
+    return "exact"
+
+
+def _pg_literal(blob: bytes) -> str:
+    """pgvector's text form of a float32 vector: ``[0.1,0.2,...]`` (repr keeps every bit)."""
+    return "[" + ",".join(repr(float(x)) for x in np.frombuffer(blob, dtype=np.float32)) + "]"
+
+
+async def _hits(conn: AsyncConnection, found: list[tuple[int, float]]) -> list[Hit]:
+    if not found:
+        return []
+    rows = {
+        seq: (item_id, kind, text_)
+        for seq, item_id, kind, text_ in await conn.execute(
+            select(
+                memory_vectors.c.seq,
+                memory_vectors.c.item_id,
+                memory_vectors.c.kind,
+                memory_vectors.c.text,
+            ).where(memory_vectors.c.seq.in_([seq for seq, _ in found]))
+        )
+    }
+    return [Hit(*rows[seq], score=score) for seq, score in found if seq in rows]
+
+
+class _ExactIndex:
+    """Every stored vector in one float32 matrix, kept in step with ``memory_vectors``: rows
+    with a ``seq`` above the last one seen are appended before a search; a new deletion
+    generation reloads it all. Search is one matrix-vector product (exact cosine: the rows
+    are unit vectors)."""
+
+    def __init__(self, dim: int) -> None:
+        self._dim = dim
+        self._reset(-1)
+
+    def _reset(self, generation: int) -> None:
+        self._generation = generation
+        self._last_seq = 0
+        self._n = 0
+        self._matrix = np.empty((1024, self._dim), dtype=np.float32)
+        self._seqs = np.empty(1024, dtype=np.int64)
+        self._kinds = np.empty(1024, dtype=np.int32)
+        self._kind_codes: dict[str, int] = {}
+
+    async def catch_up(self, conn: AsyncConnection) -> None:
+        generation = int(
+            await conn.scalar(
+                select(memory_store_meta.c.generation).where(memory_store_meta.c.name == "vectors")
+            )
+            or 0
+        )
+        if generation != self._generation:
+            self._reset(generation)
+        result = await conn.execute(
+            select(memory_vectors.c.seq, memory_vectors.c.kind, memory_vectors.c.vector)
+            .where(memory_vectors.c.seq > self._last_seq)
+            .order_by(memory_vectors.c.seq)
+        )
+        rows = result.all()
+        if not rows:
+            return
+        need = self._n + len(rows)
+        if need > len(self._seqs):
+            size = max(need, 2 * len(self._seqs))
+            self._matrix = np.resize(self._matrix, (size, self._dim))
+            self._seqs = np.resize(self._seqs, size)
+            self._kinds = np.resize(self._kinds, size)
+        block = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32)
+        self._matrix[self._n : need] = block.reshape(len(rows), self._dim)
+        self._seqs[self._n : need] = [r[0] for r in rows]
+        self._kinds[self._n : need] = [
+            self._kind_codes.setdefault(r[1], len(self._kind_codes)) for r in rows
+        ]
+        self._n = need
+        self._last_seq = int(rows[-1][0])
+
+    def top(self, q: Vectors, k: int, kind: str | None) -> list[tuple[int, float]]:
+        scores = self._matrix[: self._n] @ q
+        if kind is not None:
+            code = self._kind_codes.get(kind)
+            if code is None:
+                return []
+            scores = np.where(self._kinds[: self._n] == code, scores, -np.inf)
+        k = min(k, self._n)
+        if k <= 0:
+            return []
+        top = np.argpartition(-scores, k - 1)[:k] if k < self._n else np.arange(self._n)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(self._seqs[i]), float(scores[i])) for i in top if scores[i] > -np.inf]

@@ -258,10 +258,22 @@ class AgentBench:
 
 @contextlib.asynccontextmanager
 async def agent_bench(
-    name: str, *, options: RuntimeOptions | None = None, projections: str = "all"
+    name: str,
+    *,
+    options: RuntimeOptions | None = None,
+    projections: str = "all",
+    config: str = "production",
 ) -> AsyncIterator[AgentBench]:
-    """``projections``: ``all`` (as ``nanocrab up`` runs), ``sessions`` (only the one the LLM
-    handler reads) or ``none`` (no SQL at all: the LLM handler then sees no session history)."""
+    """``config``: ``production`` runs what ``nanocrab up`` runs — the embedded server with
+    broker permissions, every handler on its own nkey identity and connection, the bundled
+    default policy, the default console trace exporter (``traces.jsonl``), every projection in
+    the projection worker's process; ``bare`` is the diagnosis set-up: one unauthenticated
+    connection for everything, no tracing, the benchmark's all-Safe policy, and ``projections``:
+    ``all``, ``sessions`` (only the one the LLM handler reads) or ``none`` (no SQL at all)."""
+    if config == "production":
+        async with _production_bench(name, options) as bench:
+            yield bench
+        return
     async with bench_log(name) as (log, tmp):
         workspace = tmp / "ws"
         workspace.mkdir()
@@ -291,6 +303,57 @@ async def agent_bench(
             await watcher.stop()
             await host.stop(drain_s=10)
             await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def _production_bench(name: str, options: RuntimeOptions | None) -> AsyncIterator[AgentBench]:
+    import os
+    import tempfile
+
+    from nanocrab.bus.tracing import configure_tracing
+    from nanocrab.cli.host import bus_connector
+    from nanocrab.cli.settings import Settings
+    from nanocrab.cli.wiring import build_reactors as production_reactors
+
+    with tempfile.TemporaryDirectory(prefix=f"nanocrab-bench-{name}-") as tmp_name:
+        tmp = Path(tmp_name)
+        os.environ["NANOCRAB_HOME"] = str(tmp / "home")
+        os.environ.pop("NANOCRAB_NATS_URL", None)
+        os.environ.pop("ANTHROPIC_API_KEY", None)
+        settings = Settings.from_env()
+        configure_tracing(
+            f"bench-{name}", exporter=settings.traces, console_path=settings.home / "traces.jsonl"
+        )
+        workspace = tmp / "ws"
+        workspace.mkdir()
+        (workspace / "notes.txt").write_text(NOTES)
+        provider = RecordingProvider(ScriptedProvider.from_text(ONE_TOOL_SCRIPT))
+        times: dict[tuple[str, str], list[float]] = defaultdict(list)
+        async with bus_connector(settings.bus(), name=f"bench-{name}", sync=settings.sync) as bus:
+            log = bus.log  # the cli identity: it may append task.submitted, as `nanocrab publish`
+            logs = await bus.open_runtime()
+            engine = make_engine(settings.db_url)
+            reactors = production_reactors(
+                log, engine, settings, default_workspace=workspace, provider=provider,
+                log_for=logs,
+            )  # fmt: skip
+            host = Host(
+                log,
+                engine,
+                [TimedReactor(r, times) for r in reactors],  # type: ignore[misc]
+                options=options or RuntimeOptions(),
+                log_for=logs,
+                projectors_in="process",
+            )
+            watcher = RunWatcher(log)
+            await watcher.start()
+            await host.start()
+            try:
+                yield AgentBench(log, engine, workspace, tmp, provider, host, watcher, times)
+            finally:
+                await watcher.stop()
+                await host.stop(drain_s=10)
+                await engine.dispose()
 
 
 def calibration() -> str:

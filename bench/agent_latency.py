@@ -40,19 +40,25 @@ async def main(
     projections: str,
     switch_ms: float | None,
     traces: str,
+    config: str,
 ) -> None:
     if switch_ms is not None:
         sys.setswitchinterval(switch_ms / 1000)
     trace_file = None
-    if traces == "console":  # as the CLI does by default: JSON Lines in a file
+    if config == "production":
+        projections, traces = "all (in the projection worker's process)", "console (traces.jsonl)"
+    elif traces == "console":  # as the CLI does by default: JSON Lines in a file
         trace_file = Path(tempfile.mkdtemp(prefix="nanocrab-bench-traces-")) / "traces.jsonl"
         configure_tracing("agent-latency", exporter="console", console_path=trace_file)
     print(
-        f"machine: {machine()} · projections: {projections} · traces: {traces} · "
+        f"machine: {machine()} · config: {config} · projections: {projections} · "
+        f"traces: {traces} · "
         f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
     )
     print(calibration())
-    async with agent_bench("agent-latency", projections=projections) as bench:
+    async with agent_bench(
+        "agent-latency", projections=projections.split()[0], config=config
+    ) as bench:
         lat: list[float] = []
         measured: list[str] = []
         outcomes: dict[str, int] = {}
@@ -85,6 +91,20 @@ async def main(
             lines, typical = await breakdown(bench.log, sample)
             print(f"per-stage breakdown (median over {typical} of the last {len(sample)} runs):")
             print("\n".join(lines))
+        if config == "production":
+            home = bench.tmp / "home"
+            provider = trace.get_tracer_provider()
+            if isinstance(provider, TracerProvider):
+                provider.force_flush()
+            await asyncio.sleep(0)
+            traces_b = (home / "traces.jsonl").stat().st_size
+            sql_b = sum(f.stat().st_size for f in home.glob("*.db*"))
+            n = runs + warmup
+            print(
+                f"stored per one-tool task: log {size / n:,.0f} B · SQLite {sql_b / n:,.0f} B "
+                f"(all projections, before the worker's final catch-up) · traces "
+                f"{traces_b / n:,.0f} B (JSON Lines)"
+            )
     if trace_file is not None:
         provider = trace.get_tracer_provider()
         if isinstance(provider, TracerProvider):
@@ -100,6 +120,14 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=300, help="measured runs (>= 200 for the target)")
     ap.add_argument("--warmup", type=int, default=30, help="runs excluded from the figures")
     ap.add_argument("--breakdown", type=int, default=100, help="runs read back for the stages")
+    ap.add_argument(
+        "--config",
+        choices=("production", "bare"),
+        default="production",
+        help="production (default): what `nanocrab up` runs — per-identity nkeys under broker "
+        "permissions, the default policy, console tracing, every projection in its worker "
+        "process; bare: one unauthenticated connection, no tracing, --projections/--traces apply",
+    )
     ap.add_argument(
         "--projections",
         choices=("all", "sessions", "none"),
@@ -120,4 +148,6 @@ if __name__ == "__main__":
         help="diagnosis: sys.setswitchinterval (the GIL hand-off interval, default 5 ms)",
     )
     a = ap.parse_args()
-    asyncio.run(main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms, a.traces))
+    asyncio.run(
+        main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms, a.traces, a.config)
+    )

@@ -143,9 +143,10 @@ async def one_round(
 async def main(
     inflight: int, rounds: int, warmup: int, wait_s: float, projections: str, big: int
 ) -> None:
-    print(f"machine: {machine()} · projections: {projections}")
+    config = "bare" if projections != "production" else "production"
+    print(f"machine: {machine()} · config: {config} · projections: {projections}")
     print(calibration())
-    async with agent_bench("throughput", projections=projections) as bench:
+    async with agent_bench("throughput", projections=projections, config=config) as bench:
         await burst(bench, warmup, wait_s)
         all_good = True
         rates = []
@@ -191,9 +192,11 @@ if __name__ == "__main__":
     )
     ap.add_argument(
         "--projections",
-        choices=("all", "sessions", "none"),
-        default="all",
-        help="diagnosis: which SQL projections run alongside (default: all, as in production)",
+        choices=("production", "all", "sessions", "none"),
+        default="production",
+        help="production (default): what `nanocrab up` runs (nkeys, default policy, console "
+        "tracing, every projection in the worker process); all/sessions/none: the bare "
+        "diagnosis set-up with those SQL projections",
     )
     a = ap.parse_args()
     asyncio.run(main(a.inflight, a.rounds, a.warmup, a.timeout, a.projections, a.burst))

@@ -253,7 +253,7 @@ class AgentBench:
         return int(info.state.messages), int(info.state.bytes)
 
     def db_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.tmp.glob("projections.db*"))
+        return sum(p.stat().st_size for p in self.tmp.rglob("projections.db*"))
 
 
 @contextlib.asynccontextmanager

@@ -59,8 +59,13 @@ async def test_the_feed_answers_from_memory_and_matches_the_log(log: EventLog) -
     await feed._ensure_started()
     assert feed.live
     seqs = await _seed(log, run)
-    first = await loader.state(run)  # not known yet: one read
-    assert feed.reads == 1 and _types(first)[-1] == "llm.requested"
+
+    async def prefetched() -> bool:  # the feed reads a new run as its task.submitted arrives
+        return feed.reads == 1 and not feed._prefetching
+
+    await eventually(prefetched)
+    first = await loader.state(run)  # no delivery in hand: read up to the newest
+    assert feed.reads == 2 and _types(first)[-1] == "llm.requested"
     answer = LlmResponded(
         provider="p", model="m", content=[TextBlock("hi")], stop_reason="end_turn", turn=0,
         run_id=run,
@@ -71,10 +76,29 @@ async def test_the_feed_answers_from_memory_and_matches_the_log(log: EventLog) -
         state = await loader.state(run)  # the delivery in hand: the feed reaches it, no read
     finally:
         handling.reset(token)
-    assert feed.reads == 1, "the run was known: answered from the feed"
+    assert feed.reads == 2, "the run was known: answered from the feed"
     assert state.seq == appended.seq and state.current and state.current.response is not None
     stored = [s.event.type for s in await read_run(log, run) if s.event is not None]
     assert _types(state) == stored and seqs[0] == state.task_seq
+    await feed.close()
+
+
+async def test_a_new_run_is_read_as_its_task_arrives_not_again_by_the_orchestrator(
+    log: EventLog,
+) -> None:
+    """The orchestrator's first hop: the feed starts reading a new run when its task.submitted
+    arrives; with that task in hand, the loader waits for this read instead of making its own."""
+    feed = RunFeed(log)
+    loader = RunLoader(log, feed=feed)
+    run = new_event_id()
+    await feed._ensure_started()
+    task = await log.append(TaskSubmitted(text="t", run_id=run, task_id=run))
+    token = handling.set(Delivery(task.seq, task.subject))
+    try:
+        state = await loader.state(run)
+    finally:
+        handling.reset(token)
+    assert feed.reads == 1 and _types(state) == ["task.submitted"] and state.seq == task.seq
     await feed.close()
 
 
@@ -84,6 +108,11 @@ async def test_a_feed_that_lost_track_reads_again(log: EventLog) -> None:
     run = new_event_id()
     await feed._ensure_started()
     await _seed(log, run)
+
+    async def prefetched() -> bool:
+        return feed.reads == 1 and not feed._prefetching
+
+    await eventually(prefetched)
     await loader.state(run)
     feed._forget_all()  # what a consumer reset or a gap does
     done = await log.append(RunCompleted(reply="x", steps=1, run_id=run, source="orchestrator"))
@@ -92,7 +121,7 @@ async def test_a_feed_that_lost_track_reads_again(log: EventLog) -> None:
         state = await loader.state(run)
     finally:
         handling.reset(token)
-    assert feed.reads == 2 and state.status == "completed" and state.seq == done.seq
+    assert feed.reads == 3 and state.status == "completed" and state.seq == done.seq
     await feed.close()
 
 

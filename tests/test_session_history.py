@@ -235,3 +235,42 @@ async def test_a_new_task_starts_loading_its_session_before_the_model_call(log: 
     t2 = await log.append(TaskSubmitted(text="two", **env("r2", "s-new")))
     assert texts(await index("s-new", "r2", t2.seq)) == [("user", "one"), ("assistant", "answer")]
     await index.close()
+
+
+async def test_a_new_session_past_the_checkpoint_is_answered_without_reading_the_log(
+    log: EventLog,
+) -> None:
+    """What the index folded since it started following proves a brand-new session has no
+    earlier message there; the snapshot vouches for the rest. A session with messages before the
+    index started is still read from the log past the snapshot."""
+    checkpoint = {"at": 0}
+
+    @dataclass(frozen=True)
+    class Empty:
+        position: int
+        archived: bool = False
+        rows: tuple[tuple[int, str, str, str, str], ...] = ()
+
+    async def snapshot(session_id: str, *, up_to: int, limit: int) -> Snapshot:
+        return Empty(min(checkpoint["at"], up_to))
+
+    for e in turn("r1", "one", "first answer", session="s-old"):
+        await log.append(e)
+    index = SessionIndex(log, snapshot=snapshot)
+    assert await index("other", "r0", 2) == []  # following the log from here on
+    reads = index.log_reads
+    t_old = await log.append(TaskSubmitted(text="two", **env("r2", "s-old")))
+    assert texts(await index("s-old", "r2", t_old.seq)) == [
+        ("user", "one"), ("assistant", "first answer"),
+    ]  # fmt: skip
+    assert index.log_reads == reads + 1  # its messages predate the index: read from the log
+    checkpoint["at"] = t_old.seq  # the projection has caught up past where the index started
+    t_new = await log.append(TaskSubmitted(text="hello", **env("r3", "s-new")))
+    assert await index("s-new", "r3", t_new.seq) == []
+    assert index.log_reads == reads + 1
+    await log.append(ReplySent(text="hi", **env("r3", "s-new")))
+    t_next = await log.append(TaskSubmitted(text="again", **env("r4", "s-new")))
+    assert texts(await index("s-new", "r4", t_next.seq)) == [
+        ("user", "hello"), ("assistant", "hi"),
+    ]  # fmt: skip
+    await index.close()

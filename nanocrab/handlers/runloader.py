@@ -15,6 +15,12 @@ the gap from the log as before. Without a delivery in hand (a watchdog, a recove
 reads up to the newest event. Each loader folds the shared events into its own
 :class:`RunState` (with its own ``trust``).
 
+A run's first ``task.submitted`` reaches the feed about when it reaches the orchestrator, which
+must then read the new run before it can decide to start it: so the feed starts that read as
+the task arrives (at most :data:`PREFETCHES` at once), and a loader asking for the run meanwhile
+waits for it instead of reading again. The read is the same one a loader would make (merged with
+what the feed delivers while it is in flight); only its start is earlier.
+
 Stored bytes become events through ``EventLog.decode``: an event stored on another subject than
 its own (``bus/placement.py``: a forged type on an identity's own subject) is never folded; it is
 kept in ``RunState.rejected``, and :func:`report_rejected` records each such event once as
@@ -60,6 +66,9 @@ FEED_CAPACITY = 512
 :data:`CAPACITY` a bound that costs reads, never correctness. Above the runs a process moves at
 once (the orchestrator admits new runs only while fewer than ``busy_runs`` are moving), so a
 burst of a thousand tasks does not thrash it; a few tens of MB at most (bench/soak.py)."""
+
+PREFETCHES = 32
+"""New runs' reads the feed starts on its own at once; beyond, the loaders read on demand."""
 
 Entry = tuple[int, Event | None, str | None]
 """A stored event of a run: ``(seq, event, None)`` to fold, ``(seq, event, reason)`` for one not
@@ -121,6 +130,7 @@ class RunFeed:
         self._next_attempt = 0.0
         self._starting: asyncio.Lock | None = None
         self._sub: object | None = None
+        self._prefetching: dict[str, asyncio.Future[list[Entry]]] = {}
 
     # -- the subscription ---------------------------------------------------------------------
 
@@ -172,6 +182,8 @@ class RunFeed:
                 run.add(entry)
             if loading is not None:
                 loading.append(entry)
+        elif msg.subject.endswith(".task.submitted") and len(self._prefetching) < PREFETCHES:
+            self._prefetch(key)
         self.position = max(self.position, seq)
         waiters = self._waiters
         while waiters and waiters[0][0] <= self.position:
@@ -187,6 +199,20 @@ class RunFeed:
         except EventDecodeError:
             return (seq, None, None)
 
+    def _prefetch(self, key: str) -> None:
+        """Start reading run ``key`` (a token: ``subjects.run`` of it is the run's scope)."""
+        if key in self._prefetching:
+            return
+        task = asyncio.ensure_future(self._read(key, key, 0))
+        self._prefetching[key] = task
+        task.add_done_callback(lambda t: self._prefetched(key, t))
+
+    def _prefetched(self, key: str, task: asyncio.Future[list[Entry]]) -> None:
+        if self._prefetching.get(key) is task:
+            del self._prefetching[key]
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("run feed: prefetch of %s failed: %r", key, task.exception())
+
     # -- reading ------------------------------------------------------------------------------
 
     async def entries(self, run_id: str, after: int) -> list[Entry]:
@@ -194,6 +220,9 @@ class RunFeed:
         it is this run's) or else the newest one in the log."""
         await self._ensure_started()
         key = sanitize_token(run_id)
+        prefetch = self._prefetching.get(key)
+        if prefetch is not None:
+            await asyncio.wait([prefetch])  # its outcome is seen below: the run held, or not
         at = _handled_seq(self.log, key)
         if at is not None and self.live:
             run = self._runs.get(key)
@@ -252,6 +281,8 @@ class RunFeed:
         return run.after(after)
 
     async def close(self) -> None:
+        for task in list(self._prefetching.values()):
+            task.cancel()
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()  # type: ignore[attr-defined]

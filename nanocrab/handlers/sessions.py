@@ -23,6 +23,15 @@ source (no SQL in this process) the log alone is read. A top-level ``task.submit
 session not held starts that load as it arrives, so it overlaps with the orchestrator starting
 the run instead of delaying the first model call (at most ``capacity // 4`` loads at once).
 
+Loading a session reads only what the index cannot vouch for: ``_seen`` holds, for every
+session with a history event folded in ``(horizon, position]``, the sequences of its first and
+last such event (least recently seen out, the evicted one's last sequence raising ``horizon``).
+A session not in ``_seen`` (or first seen after ``up_to``) has nothing in ``(horizon, up_to]``
+when ``up_to <= position``, so the log is read only over ``(snapshot, min(horizon, up_to)]`` —
+not at all once the projection's checkpoint has passed the horizon, the usual case for a
+brand-new session, whose load then costs one SQL read instead of the log's pages of every
+session since the checkpoint.
+
 If the consumer falls behind (more than ``wait_s``), or a session holds too few messages to
 answer, that one request reads the same way up to T, uncached: slower, never stale. After a
 reconnect the consumer and the entries are rebuilt, since an ordered consumer may not survive
@@ -70,6 +79,9 @@ LIMIT = 200
 
 SLACK = 64
 """Messages kept beyond ``LIMIT`` per session, for those stored after a task still in flight."""
+
+SEEN = 4096
+"""Sessions whose first and last history event since ``horizon`` an index remembers."""
 
 _BUS_ERRORS = (BusError, nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError)
 
@@ -191,6 +203,11 @@ class SessionIndex:
         self.wait_s = wait_s
         self.position = 0
         """Stream sequence of the last message folded: nothing at or below it is missing."""
+        self.horizon = 0
+        """Every session with a history event in ``(horizon, position]`` is in ``_seen``."""
+        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self.log_reads = 0
+        """Loads that read the log (the rest were answered by the snapshot and ``_seen``)."""
         self.reader = DirectReader(log.nc, log.cfg.log_stream)
         self._cache: OrderedDict[str, SessionEntry] = OrderedDict()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -240,6 +257,8 @@ class SessionIndex:
             self._cache.clear()  # folded on a consumer that may have lost messages
             start = await self.log.stream_last_seq() + 1
             self.position = max(self.position, start - 1)
+            self._seen.clear()
+            self.horizon = self.position
             self._sub = await self.log.js.subscribe(
                 self._filters[0],
                 stream=self.log.cfg.log_stream,
@@ -272,6 +291,8 @@ class SessionIndex:
         except EventDecodeError:
             event = None  # not history; the handlers' dead-letter path records it
         if event is not None and event.session_id:
+            if said(event, seq) is not None or archives(event):
+                self._see(event.session_id, seq)
             entry = self._cache.get(event.session_id)
             if entry is None and isinstance(event, TaskSubmitted) and said(event, seq):
                 self._prefetch(event.session_id)
@@ -281,6 +302,21 @@ class SessionIndex:
         self.position = seq
         if self._waiters:
             self._wake()
+
+    def _see(self, session_id: str, seq: int) -> None:
+        first, _ = self._seen.pop(session_id, (seq, seq))
+        self._seen[session_id] = (first, seq)
+        while len(self._seen) > SEEN:
+            _, (_, last) = self._seen.popitem(last=False)
+            self.horizon = max(self.horizon, last)
+
+    def _unseen_after(self, session_id: str, up_to: int) -> int | None:
+        """A sequence after which the session has no history event up to ``up_to`` (so the log
+        need not be read there), or ``None`` when the index cannot tell."""
+        if up_to > self.position:
+            return None
+        first = self._seen.get(session_id, (up_to + 1, 0))[0]
+        return self.horizon if first > up_to else None
 
     def _wake(self) -> None:
         still = []
@@ -365,8 +401,11 @@ class SessionIndex:
             entry.complete = len(snap.rows) < self.keep
             if snap.archived:
                 entry.archive(0)
-        if after < up_to:
-            for seq, event in await self._read(after, up_to):
+        unseen = self._unseen_after(session_id, up_to)
+        read_to = up_to if unseen is None else min(unseen, up_to)
+        if after < read_to:
+            self.log_reads += 1
+            for seq, event in await self._read(after, read_to):
                 if event.session_id == session_id:
                     _fold(entry, event, seq)
         return entry

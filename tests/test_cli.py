@@ -62,20 +62,21 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     published = cli(home, "publish", "queued while nothing runs", "--json")
     assert published.returncode == 0, published.stderr
     info = json.loads(published.stdout)
-    assert info["seq"] == 7 and not info["duplicate"]
+    # 6 events of the run + the bundled guardrails' verdicts on the task and the reply
+    assert info["seq"] == 9 and not info["duplicate"]
 
     status = cli(home, "status", "--json")
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
     log_stream = next(s for s in st["streams"] if s["name"] == "NANOCRAB_LOG")
-    assert log_stream["messages"] == 7
+    assert log_stream["messages"] == 9
     orchestrator = next(c for c in st["consumers"] if c["name"] == "orchestrator")
     assert orchestrator["pending"] == 1, "the queued task waits for a handler"
     assert st["dead_letters"] == 0 and st["runtime_up"] is False
     timeline = next(p for p in st["projections"] if p["name"] == "run_timeline")
     assert timeline == {
         "name": "run_timeline",
-        "position": 6,
+        "position": 8,
         "behind": 1,
         "error": None,
         "attempts": 0,
@@ -85,11 +86,11 @@ def test_run_publish_replay_status_rebuild_from_a_fresh_data_dir(home: Path) -> 
     assert replay.returncode == 0, replay.stderr
     (line,) = [json.loads(x) for x in replay.stdout.splitlines()]
     assert line["type"] == "task.submitted" and line["data"]["text"] == "queued while nothing runs"
-    assert line["specversion"] == "1.0" and line["seq"] == 7
+    assert line["specversion"] == "1.0" and line["seq"] == 9
 
     rebuild = cli(home, "projections", "rebuild")
     assert rebuild.returncode == 0, rebuild.stderr
-    assert "run_timeline (7 events)" in rebuild.stdout
+    assert "run_timeline (9 events)" in rebuild.stdout
 
     nothing_dead = cli(home, "dead-letters")
     assert nothing_dead.returncode == 0 and "no dead letters" in nothing_dead.stdout
@@ -130,10 +131,11 @@ def test_up_serves_published_tasks_and_stops_cleanly_on_ctrl_c(home: Path) -> No
             if "run.completed" in types or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert types == [
+        assert [t for t in types if t != "guardrail.checked"] == [
             "task.submitted", "run.started", "llm.requested", "llm.responded", "reply.sent",
             "run.completed",
         ]  # fmt: skip
+        assert types.count("guardrail.checked") == 2  # the bundled chain: the task, the reply
         status = json.loads(cli(home, "status", "--json").stdout)
         assert status["runtime_up"] is True
     finally:

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nanocrab.bus import EventLog, Stored, Subjects
 from nanocrab.cli.status import gather_status
 from nanocrab.events import (
+    AlertRaised,
     ApprovalGranted,
     ApprovalRequested,
     BusMalformed,
@@ -35,6 +36,7 @@ from nanocrab.events import (
     Event,
     GrantIssued,
     GrantRevoked,
+    GuardrailChecked,
     MessageQueued,
     ReplySent,
     RunCompleted,
@@ -103,6 +105,10 @@ def history() -> list[Event]:
             call_id="c1", tool="read", invocation_id="i1", grant_id="g-c1", **run_env("run-1", 4)
         ),
         ToolCompleted(call_id="c1", tool="read", content=[TextBlock("a")], **run_env("run-1", 5)),
+        GuardrailChecked(checkpoint="tool_output", target_id="c1", action="block", tool="read",
+                         fired=["f"], alerts=["f"], **run_env("run-1", 5)),
+        AlertRaised(severity="critical", origin="guardrail", summary="f fired", filter_id="f",
+                    **run_env("run-1", 5)),
         ToolRequested(call_id="c2", tool="read", arguments={"path": "b"}, **run_env("run-1", 6)),
         forged,
         SecurityRejected(

@@ -140,3 +140,68 @@ def _preview(value: str, label: str) -> str:
         return value[:4] + "…" if len(value) > 8 else "…"
     value = " ".join(value.split())
     return value if len(value) <= 60 else value[:59] + "…"
+
+
+
+@guardrails_app.command("verdicts")
+def verdicts_command(
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run.")] = None,
+    alerts: Annotated[bool, typer.Option("--alerts", help="List alerts instead.")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many (the newest).")] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """The guardrails' verdicts (``guardrail.checked``) or alerts (``alert.raised``) from the
+    guardrails projection: checkpoint, what was checked, the action, the filters that fired."""
+    import dataclasses
+
+    from rich.table import Table
+
+    from nanocrab.cli.common import run_async, settings_or_exit
+    from nanocrab.cli.host import RuntimeMarker, bus_session, engine_for
+    from nanocrab.projections import (
+        GuardrailsProjection,
+        catch_up_projection,
+        guardrail_alert_rows,
+        guardrail_verdict_rows,
+    )
+    from nanocrab.projections.guardrails import AlertRow, VerdictRow
+
+    settings = settings_or_exit()
+
+    async def main() -> tuple[list[VerdictRow], list[AlertRow]]:
+        async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
+            engine = engine_for(settings.db_url)
+            try:
+                if not RuntimeMarker(settings.home).alive():  # else `nanocrab up` keeps it
+                    await catch_up_projection(log, engine, GuardrailsProjection.name)
+                if alerts:
+                    return [], await guardrail_alert_rows(engine, run_id=run_id, limit=limit)
+                return await guardrail_verdict_rows(engine, run_id=run_id, limit=limit), []
+            finally:
+                await engine.dispose()
+
+    verdict_rows, alert_rows = run_async(main())
+    found: list[VerdictRow] | list[AlertRow] = alert_rows if alerts else verdict_rows
+    if as_json:
+        for row in found:
+            print(json.dumps(dataclasses.asdict(row), default=str, ensure_ascii=False))
+        return
+    if not found:
+        where = f" in run {run_id}" if run_id else ""
+        err.print(f"no {'alerts' if alerts else 'verdicts'}{where}")
+        return
+    if alerts:
+        table = Table("seq", "time", "run", "severity", "filter", "checkpoint", "summary")
+        for a in alert_rows:
+            table.add_row(str(a.seq), f"{a.time:%H:%M:%S}", a.run_id[-8:], a.severity,
+                          a.filter_id, a.checkpoint or "", a.summary)  # fmt: skip
+    else:
+        table = Table("seq", "time", "run", "checkpoint", "target", "action", "fired", "reason")
+        for v in verdict_rows:
+            style = _ACTION_STYLE.get(v.action, "")
+            table.add_row(
+                str(v.seq), f"{v.time:%H:%M:%S}", v.run_id[-8:], v.checkpoint,
+                (f"{v.tool} " if v.tool else "") + v.target_id[-10:],
+                f"[{style}]{v.action}[/]", v.fired, v.error or v.reason,
+            )  # fmt: skip
+    console.print(table)

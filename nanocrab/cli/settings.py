@@ -55,6 +55,10 @@ class Settings(BaseModel):
     ``NANOCRAB_WEB_ALLOW`` comma-separated hosts ``web_fetch`` may reach (default: none)
     ``NANOCRAB_POLICY``    the capability policy (default ``<home>/policy.yaml`` if it exists,
                            else the bundled secure default; see docs/security.md)
+    ``NANOCRAB_GUARDRAILS`` the guardrails chain (default ``<home>/guardrails.yaml`` if it
+                           exists, else the bundled default; ``none``: no guardrails at all;
+                           see docs/guardrails.md)
+    ``NANOCRAB_ALERT_WEBHOOK`` a URL every ``alert.raised`` is POSTed to (JSON, retried)
     """
 
     model_config = ConfigDict(frozen=True)
@@ -73,6 +77,9 @@ class Settings(BaseModel):
     user_skills: Path
     user: str = "cli"  # who cancels or approves from this CLI (recorded in the log)
     policy_file: Path | None = None  # None: the bundled default policy
+    guardrails_file: Path | None = None  # None: the bundled default chain
+    guardrails: bool = True  # False (NANOCRAB_GUARDRAILS=none): no guardrails handler at all
+    alert_webhook: str | None = None  # alert.raised events are POSTed here (JSON)
 
     @property
     def keys_dir(self) -> Path:
@@ -105,9 +112,18 @@ class Settings(BaseModel):
         policy_file = Path(policy) if policy else home / "policy.yaml"
         if policy and not policy_file.is_file():
             raise ValueError(f"NANOCRAB_POLICY={policy}: no such file")
+        guardrails = os.environ.get("NANOCRAB_GUARDRAILS") or None
+        guardrails_file = (
+            Path(guardrails) if guardrails and guardrails != "none" else home / "guardrails.yaml"
+        )
+        if guardrails and guardrails != "none" and not guardrails_file.is_file():
+            raise ValueError(f"NANOCRAB_GUARDRAILS={guardrails}: no such file (or 'none')")
         return cls(
             home=home,
             policy_file=policy_file if policy_file.is_file() else None,
+            guardrails_file=guardrails_file if guardrails_file.is_file() else None,
+            guardrails=guardrails != "none",
+            alert_webhook=os.environ.get("NANOCRAB_ALERT_WEBHOOK") or None,
             nats_url=os.environ.get("NANOCRAB_NATS_URL") or None,
             nats_auth=None if nats_auth is None else nats_auth == "nkeys",
             db_url=os.environ.get("NANOCRAB_DB_URL") or default_url(home),

@@ -25,10 +25,14 @@ ToolErrorKind = Literal[
 
 
 class ToolRequested(Event, frozen=True, tag="tool.requested"):
+    """``guardrail``: set when the guardrails asked for a person's approval of this call (their
+    reason); the policy then asks for one whatever its rules say (at least the Guarded tier)."""
+
     call_id: str
     tool: str
     arguments: dict[str, Any]
     capabilities: list[Capability] = []
+    guardrail: str | None = None
 
 
 class ToolStarted(Event, frozen=True, tag="tool.started"):

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import (
+    AlertRaised,
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
@@ -18,6 +19,7 @@ from nanocrab.events import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    GuardrailChecked,
     LlmFailed,
     LlmResponded,
     ReplySent,
@@ -79,9 +81,25 @@ def summarize(event: Event, limit: int = 300) -> str:
             text = f"{kind}: {reason}"
         case ToolCompleted(tool=tool, is_error=e, duration_ms=d):
             text = f"{tool} {'error' if e else 'ok'} {d:.0f}ms"
+        case GuardrailChecked():
+            text = _verdict(event)
+        case AlertRaised(severity=severity, summary=summary):
+            text = f"{severity}: {summary}"
         case _:
             text = ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _verdict(v: GuardrailChecked) -> str:
+    what = f"{v.checkpoint} {v.action}" + (f" {v.tool}" if v.tool else "")
+    if v.fired:
+        labels = sorted({f.label for f in v.findings})
+        what += f" by {','.join(v.fired)} ({','.join(labels)})"
+    if v.redactions:
+        what += f", {v.redactions} redacted"
+    if v.error:
+        what += f", detector error: {v.error}"
+    return f"{what}: {v.reason}" if v.reason else what
 
 
 class RunTimelineProjection:

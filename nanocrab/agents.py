@@ -29,7 +29,7 @@ DEFAULT = AgentProfile(
         "with a short answer that says what you did and what you found. When a skill in the "
         "catalogue fits the task, load it with the `skill` tool first."
     ),
-    tools=(*ALL_HOST_TOOLS, "skill", "spawn", "capability"),
+    tools=(*ALL_HOST_TOOLS, "skill", "spawn", "capability", "remember", "recall"),
 )
 
 EXPLORER = AgentProfile(

@@ -22,6 +22,7 @@ from nanocrab.events import (
     new_event_id,
 )
 from nanocrab.handlers.executor import Executor
+from nanocrab.handlers.guardrails import Chain, GuardrailsHandler
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
@@ -68,6 +69,7 @@ def agent_reactors(
     orchestrators: Sequence[str] = ("orchestrator",),
     rules: Policy = OPEN_POLICY,
     keys: KeyRing | None = None,
+    guardrails: Chain | None = None,
 ) -> list[Reactor]:
     reg = registry()
     keys = keys or KeyRing(workspace.parent / f"{workspace.name}-keys")
@@ -76,8 +78,14 @@ def agent_reactors(
     history = SessionIndex(log, snapshot=partial(session_snapshot, engine))
 
     reactors: list[Reactor] = [
-        Orchestrator(log, name=n, trust=signed_by(policy_keys)) for n in orchestrators
-    ]
+        Orchestrator(
+            log, name=n, trust=signed_by(policy_keys),
+            guarded=guardrails.guarded() if guardrails is not None else frozenset(),
+        )
+        for n in orchestrators
+    ]  # fmt: skip
+    if guardrails is not None and guardrails.guarded():
+        reactors.append(GuardrailsHandler(log, chain=guardrails))
     if policy:
         reactors.append(
             PolicyHandler(

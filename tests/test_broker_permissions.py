@@ -98,6 +98,11 @@ def test_the_auth_block_gives_each_identity_its_key_and_only_its_families() -> N
         wildcard = f'"nanocrab.*.*.*.{family}.*"'
         holders = {i for i, body in allowed.items() if subject in body or wildcard in body}
         assert holders == {i for i in IDENTITIES if i != ADMIN and may_publish(i, event_type)}
+    for verdict in ("guardrail.checked", "alert.raised"):
+        holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, verdict)}
+        assert holders == {"guardrails"}, f"only the guardrails may publish {verdict}"
+    assert not any(may_publish("guardrails", t) for t in EVENT_TYPES
+                   if not t.startswith(("guardrail.", "alert.", "bus."))), "verdicts only"  # fmt: skip
     grant_holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "grant.issued")}
     assert grant_holders == {"policy"}, "only policy may issue grants"
     for answer in ("approval.granted", "approval.denied"):
@@ -371,7 +376,8 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
         provider=ScriptedProvider.from_text(SPAWN), log_for=logs,
     )  # fmt: skip
     assert {r.name: r.log for r in reactors} == {n: logs(n) for n in ("orchestrator", "policy",
-                                                                      "executor", "llm", "capgen")}  # type: ignore[attr-defined]  # fmt: skip
+                                                                      "executor", "llm", "capgen",
+                                                                      "guardrails")}  # type: ignore[attr-defined]  # fmt: skip
     host = Host(cli, sqlite_engine, reactors, options=FAST, log_for=logs)
     await host.start()
     try:
@@ -406,6 +412,11 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
     everything = [*events, *child]
     assert not [e for e in everything if e.type.startswith("bus.")], "nothing dead-lettered"
     assert {e.source for e in everything if e.type.startswith("grant.")} == {"policy"}
+    # the bundled guardrails chain checked the task, tool output, calls and the reply, as its
+    # own identity, and the run waited for each verdict
+    checked = [e for e in everything if e.type == "guardrail.checked"]
+    assert {e.source for e in checked} == {"guardrails"}
+    assert {e.checkpoint for e in checked} == {"task_input", "tool_output", "tool_call", "reply"}  # type: ignore[attr-defined]
     assert "permissions violation" not in server.log_file.read_text().lower(), (
         "the agent loop needs nothing its identities may not publish"
     )

@@ -72,8 +72,8 @@ def test_commands_are_listed_in_their_order() -> None:
     assert isinstance(group, typer.core.TyperGroup)
     assert list(group.commands) == [
         "approve", "deny", "audit", "approvals", "run", "demo", "rerun", "cancel", "say", "up",
-        "publish", "tail", "replay", "status", "dead-letters", "projections", "capabilities",
-        "security", "guardrails",
+        "publish", "tail", "replay", "status", "dead-letters", "route", "projections",
+        "capabilities", "security", "guardrails",
     ]  # fmt: skip
 
 

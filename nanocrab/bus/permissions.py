@@ -33,10 +33,12 @@ PROJECTOR: Final = "projector"
 CLI: Final = "cli"
 APPROVER: Final = "approver"
 CAPGEN: Final = "capgen"
+GUARDRAILS: Final = "guardrails"
+ROUTER: Final = "router"
 OBSERVER: Final = "observer"
 """The role of every named observer; not itself an identity (see :func:`observer_allow`)."""
 
-HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN)
+HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN, GUARDRAILS, ROUTER)
 """One per reactor of the agent loop; a reactor's ``name`` is its identity."""
 RUNTIME_IDENTITIES: Final = (*HANDLER_IDENTITIES, PROJECTOR)
 """What a process running the agent loop (``nanocrab up``, ``run`` in-process) connects as."""
@@ -50,7 +52,7 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
         # the ``spawn`` pseudo-tool is run by the orchestrator itself: it completes the parent's
         # call when the child run ends (handlers/orchestrator/decide.py)
         "tool.completed",
-        "subagent.*", "reply.sent", "session.archived", "step.*", "plan.*", "route.*",
+        "subagent.*", "reply.sent", "session.archived", "step.*", "plan.*",
         "message.queued", *_DEAD_LETTERS,
     ),
     LLM: ("llm.*", "context.compacted", *_DEAD_LETTERS),
@@ -65,6 +67,10 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     CAPGEN: (
         "capability.generated", "capability.tested", "capability.registered", *_DEAD_LETTERS,
     ),
+    # verdicts and alerts only: what the run does with a verdict is the orchestrator's decision
+    GUARDRAILS: ("guardrail.*", "alert.*", *_DEAD_LETTERS),
+    # the agent of a task that names none, the memories it recalls, /new's consolidation
+    ROUTER: ("route.*", "memory.*", *_DEAD_LETTERS),
     PROJECTOR: (),
     CLI: (
         "task.submitted", "message.queued", "run.cancelled", "capability.requested",
@@ -82,6 +88,8 @@ WHY: Final[Mapping[str, str]] = {
     POLICY: "the only one that issues grants and asks for approvals",
     EXECUTOR: "runs granted tools and stores their large outputs as artifacts",
     CAPGEN: "generates capabilities, tests them in the sandbox and registers passing versions",
+    GUARDRAILS: "checks tasks, tool output, tool calls and replies; records verdicts and alerts",
+    ROUTER: "routes tasks to agents, recalls similar earlier work, consolidates sessions",
     PROJECTOR: "builds read models; publishes nothing",
     CLI: "people submitting work, steering and cancelling runs, managing capabilities",
     APPROVER: "approval front ends (`nanocrab approve/deny`, the prompt in `nanocrab run`)",
@@ -246,6 +254,7 @@ __all__ = [
     "CAPGEN",
     "CLI",
     "EXECUTOR",
+    "GUARDRAILS",
     "HANDLER_IDENTITIES",
     "IDENTITIES",
     "LLM",
@@ -256,6 +265,7 @@ __all__ = [
     "POLICY",
     "PROJECTOR",
     "READ_API",
+    "ROUTER",
     "RUNTIME_IDENTITIES",
     "WHY",
     "artifact_bucket",

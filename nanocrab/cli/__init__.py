@@ -12,6 +12,7 @@ from nanocrab.cli import audit as _audit  # noqa: F401  (audit, approvals)
 from nanocrab.cli import agent as _agent  # noqa: F401  (run, demo, rerun, cancel, say)
 from nanocrab.cli import app as _app  # noqa: F401  (up, publish … projections)
 from nanocrab.cli import capabilities as _capabilities  # noqa: F401
+from nanocrab.cli import route as _route  # noqa: F401
 from nanocrab.cli import security as _security  # noqa: F401
 from nanocrab.cli.common import app
 from nanocrab.cli.guardrails import guardrails_app

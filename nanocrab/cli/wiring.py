@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -12,22 +13,30 @@ from nanocrab import demo
 from nanocrab.bus import EventLog, Reactor
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.settings import Settings
+from nanocrab.guardrails import load_guardrails
+from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.capgen import CapgenHandler
 from nanocrab.handlers.executor import Executor
+from nanocrab.handlers.guardrails import Chain, GuardrailsHandler
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.router import RouterHandler, model_classifier
 from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
 from nanocrab.llm.base import Provider
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities
+from nanocrab.projections.memory import searcher as memory_searcher
 from nanocrab.projections.sessions import session_snapshot
+from nanocrab.routing import AgentsConfig, agents_file, install_profiles, load_agents
 from nanocrab.sandbox import Sandbox
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 from nanocrab.tools.capability import CapabilityTool, EnabledCapability
+from nanocrab.tools.discovery import AvailableAgentsTool, SkillsForTaskTool
+from nanocrab.tools.memory import RecallTool, RememberTool
 
 
 def make_provider(settings: Settings) -> Provider:
@@ -112,12 +121,15 @@ def build_reactors(
     policy: Policy | None = None,
     log_for: Callable[[str], EventLog] | None = None,
     capgen_provider: Provider | None = None,
+    guardrails: Chain | None = None,
 ) -> list[Reactor]:
     """The agent loop — orchestrator, policy, executor, LLM handler — and the capability
     generator. ``policy`` defaults to the settings' policy file (or the bundled default).
     ``provider`` is the agent's model; ``capgen_provider`` the generator's (default:
     :func:`make_capgen_provider`). ``log_for(name)`` is each reactor's log (its own NATS
-    identity under broker permissions); without it every reactor appends with ``log``."""
+    identity under broker permissions); without it every reactor appends with ``log``.
+    ``guardrails`` defaults to the settings' chain (:func:`guardrails_chain`); a chain with no
+    filter (or guardrails off) adds no handler and no hop."""
     logs = log_for or (lambda _name: log)
     workspace = default_workspace or (settings.home / "workspace")
     workspace.mkdir(parents=True, exist_ok=True)
@@ -132,20 +144,41 @@ def build_reactors(
             SkillTool(skills),
             SpawnTool(),
             CapabilityTool(sandbox, lookup=capabilities.lookup, catalogue=capabilities.enabled),
+            RememberTool(),
+            RecallTool(memory_searcher(engine)),
+            AvailableAgentsTool(),
+            SkillsForTaskTool(skills),
         ]
     )
+    # agents.yaml with more than one agent: a router picks the agent of tasks naming none
+    routing = routing_config(settings)
+    provider = provider or make_provider(settings)
+    router: list[Reactor] = []
+    if routing is not None:
+        classify = model_classifier(provider, settings.model or "")
+        router.append(RouterHandler(logs("router"), engine, config=routing, classify=classify))
 
     # the session's earlier messages, folded from the log (never stale, no wait on SQL);
     # the sessions projection loads a session this process has not seen yet
     history = SessionIndex(logs("llm"), snapshot=partial(session_snapshot, engine))
 
     rules = policy or load_policy(settings.policy_file)
+    chain = guardrails_chain(settings) if guardrails is None else guardrails
+    guards: list[Reactor] = []
+    if chain is not None and chain.guarded():
+        sink = AlertSink(settings.alert_webhook) if settings.alert_webhook else None
+        guards.append(GuardrailsHandler(logs("guardrails"), chain=chain, alerts=sink))
     keys = KeyRing(settings.keys_dir)
     policy_keys = frozenset({keys.public_key("policy")})
     approvers = trusted_approvers(rules, keys)
 
     return [
-        Orchestrator(logs("orchestrator"), trust=signed_by(policy_keys)),
+        Orchestrator(
+            logs("orchestrator"),
+            trust=signed_by(policy_keys),
+            guarded=chain.guarded() if guards and chain is not None else frozenset(),
+            routed=routing is not None,
+        ),
         PolicyHandler(
             logs("policy"),
             policy=rules,
@@ -167,7 +200,7 @@ def build_reactors(
         ),
         LlmHandler(
             logs("llm"),
-            provider=provider or make_provider(settings),
+            provider=provider,
             registry=registry,
             default_workspace=workspace,
             model=settings.model,
@@ -175,4 +208,27 @@ def build_reactors(
             history=history,
         ),
         build_capgen(logs("capgen"), settings, provider=capgen_provider, sandbox=sandbox),
+        *guards,
+        *router,
     ]
+
+
+def routing_config(settings: Settings) -> AgentsConfig | None:
+    """The agents of ``agents.yaml`` (``NANOCRAB_AGENTS``, else ``<home>/agents.yaml``) when it
+    declares more than one, their profiles installed; ``None``: no routing, no router hop. A bad
+    file raises :class:`~nanocrab.routing.AgentsError` (file:line)."""
+    path = agents_file(settings.home, os.environ)
+    if path is None:
+        return None
+    config = load_agents(path)
+    install_profiles(config)
+    return config if config.routed else None
+
+
+def guardrails_chain(settings: Settings) -> Chain | None:
+    """The guardrails chain the settings name: ``guardrails_file``, else the bundled default;
+    ``None`` when guardrails are off. A bad file raises :class:`GuardrailsError` (file:line)."""
+    if not settings.guardrails:
+        return None
+    path = settings.guardrails_file
+    return Chain.of(load_guardrails(path), path.read_text("utf-8") if path else None)

@@ -21,6 +21,13 @@ from nanocrab.events.capabilities import (
 )
 from nanocrab.events.codec import DEFAULT_MAX_EVENT_BYTES, Codec
 from nanocrab.events.errors import DecodeErrorKind, EventDecodeError, EventError, UpcastError
+from nanocrab.events.guardrails import (
+    AlertRaised,
+    GuardrailAction,
+    GuardrailChecked,
+    GuardrailCheckpoint,
+    GuardrailFinding,
+)
 from nanocrab.events.ids import child_run_id, derive_event_id, new_event_id, utcnow
 from nanocrab.events.llm import (
     ContextCompacted,
@@ -31,7 +38,6 @@ from nanocrab.events.llm import (
 )
 from nanocrab.events.registry import EVENT_TYPES, AnyEvent, payload_fields
 from nanocrab.events.runs import (
-    GuardrailEvaluated,
     MessageQueued,
     PlanCreated,
     ReplySent,
@@ -63,6 +69,7 @@ from nanocrab.events.system import (
     BusMalformed,
     DeadLetterKind,
     MemoryConsolidated,
+    MemoryRecalled,
     ReloadFailed,
     SkillActivated,
     SkillPublished,
@@ -108,6 +115,7 @@ __all__ = [
     "ENVELOPE_FIELDS",
     "EVENT_TYPES",
     "MAX_SOURCE_BYTES",
+    "AlertRaised",
     "AnyEvent",
     "ApprovalDenied",
     "ApprovalExpired",
@@ -143,7 +151,10 @@ __all__ = [
     "GrantIssued",
     "GrantRevoked",
     "GrepDetails",
-    "GuardrailEvaluated",
+    "GuardrailAction",
+    "GuardrailChecked",
+    "GuardrailCheckpoint",
+    "GuardrailFinding",
     "ImageBlock",
     "LlmDelta",
     "LlmFailed",
@@ -151,6 +162,7 @@ __all__ = [
     "LlmResponded",
     "LsDetails",
     "MemoryConsolidated",
+    "MemoryRecalled",
     "MessageQueued",
     "PlanCreated",
     "PythonDetails",

@@ -17,9 +17,9 @@ from nanocrab.events.capabilities import (
     CapabilityRequested,
     CapabilityTested,
 )
+from nanocrab.events.guardrails import AlertRaised, GuardrailChecked
 from nanocrab.events.llm import ContextCompacted, LlmDelta, LlmFailed, LlmRequested, LlmResponded
 from nanocrab.events.runs import (
-    GuardrailEvaluated,
     MessageQueued,
     PlanCreated,
     ReplySent,
@@ -49,6 +49,7 @@ from nanocrab.events.system import (
     BusDeadLettered,
     BusMalformed,
     MemoryConsolidated,
+    MemoryRecalled,
     ReloadFailed,
     SkillActivated,
     SkillPublished,
@@ -64,7 +65,7 @@ from nanocrab.events.tools import (
 
 AnyEvent = (
     TaskSubmitted | RunStarted | RunCompleted | RunFailed | RunCancelled
-    | RouteDecided | GuardrailEvaluated | PlanCreated | StepStarted | StepCompleted
+    | RouteDecided | GuardrailChecked | AlertRaised | PlanCreated | StepStarted | StepCompleted
     | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
@@ -73,7 +74,7 @@ AnyEvent = (
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted
     | SkillPublished | SkillActivated | SkillRolledBack
-    | ReloadFailed | MemoryConsolidated | ReplySent | SessionArchived
+    | ReloadFailed | MemoryConsolidated | MemoryRecalled | ReplySent | SessionArchived
     | BusMalformed | BusDeadLettered
 )  # fmt: skip
 """The tagged union of every event type; decode targets and exhaustive matches use it."""

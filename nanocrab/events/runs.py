@@ -1,4 +1,4 @@
-"""Task, run, routing, guardrail, plan, step, message, subagent and reply events."""
+"""Task, run, routing, plan, step, message, subagent and reply events."""
 
 from __future__ import annotations
 
@@ -31,9 +31,13 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
 
 
 class RunStarted(Event, frozen=True, tag="run.started"):
+    """``guarded``: the guardrail checkpoints whose verdict the run waits for, pinned when the
+    run starts (the chain had a filter for them), so replaying the run decides the same way."""
+
     agent: str = "default"
     parent_run_id: str | None = None
     max_steps: int | None = None
+    guarded: list[str] = []
 
 
 class RunCompleted(Event, frozen=True, tag="run.completed"):
@@ -45,7 +49,7 @@ class RunFailed(Event, frozen=True, tag="run.failed"):
     """``rejected``: the run never started, its ``task.submitted`` was refused (see
     ``handlers/orchestrator/rejections.py``)."""
 
-    kind: Literal["llm", "tool", "timeout", "max_steps", "internal", "rejected"]
+    kind: Literal["llm", "tool", "timeout", "max_steps", "internal", "rejected", "guardrail"]
     reason: str
 
 
@@ -55,18 +59,19 @@ class RunCancelled(Event, frozen=True, tag="run.cancelled"):
 
 
 class RouteDecided(Event, frozen=True, tag="route.decided"):
+    """The router's choice of agent for a task that named none (``handlers/router.py``).
+
+    ``score``: the best agent's similarity (embedding) or 1.0 (llm, fallback); ``margin``: its
+    lead over the runner-up; ``method``: how it was decided. The run replays this decision, it
+    never recomputes it. ``confidence``/``fallback`` are v1's fields, kept consistent."""
+
     agent: str
     skills: list[str] = []
     confidence: float = 1.0
     fallback: bool = False
-
-
-class GuardrailEvaluated(Event, frozen=True, tag="guardrail.evaluated"):
-    stage: Literal["pre", "post", "tool_output"]
-    verdict: Literal["continue", "reject", "short_circuit"]
-    rules: list[str] = []
-    reason: str = ""
-    redactions: int = 0
+    score: float = 0.0
+    margin: float = 0.0
+    method: Literal["embedding", "llm", "fallback"] = "embedding"
 
 
 class PlanCreated(Event, frozen=True, tag="plan.created"):

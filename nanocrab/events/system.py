@@ -46,6 +46,15 @@ class MemoryConsolidated(Event, frozen=True, tag="memory.consolidated"):
     summary: str
 
 
+class MemoryRecalled(Event, frozen=True, tag="memory.recalled"):
+    """Memories added to a run's prompt (similar earlier tasks), with their cosine scores: the
+    timeline shows the sources, and a replay reads them here instead of searching again."""
+
+    item_ids: list[str]
+    scores: list[float]
+    texts: list[str] = []
+
+
 DeadLetterKind = Literal[
     "malformed",
     "unknown_type",

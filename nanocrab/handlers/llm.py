@@ -202,13 +202,16 @@ class LlmHandler:
                 workspace=workspace_of(state.task, self.default_workspace),
                 registry=self.registry,
                 skills=self.skills,
+                agent=state.started.agent if state.started is not None else None,
+                recalled=state.recalled,
             ),
             messages=conversation.messages(state, history),
             tools=self.registry.specs(tools),
             model=event.model or self.model,
             run_id=state.run_id,
             turn=event.turn,
-            task=state.task.text,
+            # as the guardrails let it through (a blocked task never reaches the model)
+            task=state.screened("task_input", state.task.id, state.task.text) or "",
         )
 
     @staticmethod
@@ -218,11 +221,10 @@ class LlmHandler:
         cut = len(answered) - conversation.KEEP_TURNS
         if cut <= already:
             return None
-        summary = conversation.summarise_turns(answered[:cut])
+        summary = conversation.summarise_turns(answered[:cut], state=state)
         if state.compaction is not None:
-            summary = (
-                f"{state.compaction.summary}\n{conversation.summarise_turns(answered[already:cut])}"
-            )
+            more = conversation.summarise_turns(answered[already:cut], state=state)
+            summary = f"{state.compaction.summary}\n{more}"
         upto = answered[cut - 1].response
         return ContextCompacted(
             summary=summary, turns_summarised=cut, upto_event_id=upto.id if upto else ""

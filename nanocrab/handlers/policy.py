@@ -179,9 +179,14 @@ class PolicyHandler:
             # a writable workspace is a write, whatever the rule for sandboxed reads said; the
             # binding hash keeps ``write: true`` from being added after the approval
             decision = _raised(decision, "guarded", "the code asks for a writable workspace")
+        if decision.tier != "deny" and event.guardrail:
+            # the guardrails asked a person (handlers/guardrails.py): never a session's approval
+            decision = _raised(decision, "guarded", f"guardrail: {event.guardrail}")
         if decision.tier == "deny":
             return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
-        allowed = enabled_tools(state.task.agent, state.task.tools)
+        # the run's agent as started: a routed run's is the router's choice (route.decided)
+        agent = state.started.agent if state.started is not None else state.task.agent
+        allowed = enabled_tools(agent, state.task.tools)
         if event.tool not in allowed:
             reason = (
                 f"tool {event.tool!r} is not enabled for this run (enabled: {', '.join(allowed)})"
@@ -189,7 +194,7 @@ class PolicyHandler:
             return [_deny(event.call_id, event.tool, reason, rule="profile")]
         if decision.tier == "safe":
             return [self._grant(state, event, decision)]
-        if decision.tier == "guarded" and self._may_share(state, decision):
+        if decision.tier == "guarded" and not event.guardrail and self._may_share(state, decision):
             remembered = self.sessions.get(self._session_key(state, decision, event.tool))
             if remembered is not None:
                 return [
@@ -218,7 +223,9 @@ class PolicyHandler:
                 binding_hash=binding_hash(event.tool, event.arguments, resources, nonce),
                 nonce=nonce,
                 expires_at=utcnow() + self.approval_ttl,
-                options=["once", "session"] if decision.tier == "guarded" else ["once"],
+                options=["once", "session"]
+                if decision.tier == "guarded" and not event.guardrail
+                else ["once"],
                 run_id=state.run_id,
             )
         ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nanocrab.agents import profile
-from nanocrab.events import TaskSubmitted
+from nanocrab.events import MemoryRecalled, TaskSubmitted
 from nanocrab.skills import SkillLibrary
 from nanocrab.tools.registry import ToolRegistry
 
@@ -18,8 +18,12 @@ def system_prompt(
     workspace: Path,
     registry: ToolRegistry,
     skills: SkillLibrary | None,
+    agent: str | None = None,
+    recalled: MemoryRecalled | None = None,
 ) -> str:
-    prof = profile(task.agent)
+    """``agent``: the run's agent as started (routed), else the task's; ``recalled``: similar
+    earlier work the router found (``memory.recalled``), listed for the model."""
+    prof = profile(agent or task.agent)
     parts = [
         prof.system_prompt,
         f"Workspace: {workspace}\nPaths are relative to it; nothing outside it is reachable.",
@@ -35,4 +39,9 @@ def system_prompt(
         for name in dict.fromkeys(preload):
             if skills.get(name) is not None:
                 parts.append(f"## Skill: {name}\n{skills.body(name)}")
+    if recalled is not None and recalled.texts:
+        parts.append(
+            "## Memory\nEarlier work similar to this task (id, similarity, what happened); use "
+            "it if it helps:\n" + "\n".join(f"- {t}" for t in recalled.texts)
+        )
     return "\n\n".join(parts)

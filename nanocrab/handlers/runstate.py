@@ -25,11 +25,14 @@ from nanocrab.events import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    GuardrailChecked,
     LlmFailed,
     LlmRequested,
     LlmResponded,
+    MemoryRecalled,
     MessageQueued,
     ReplySent,
+    RouteDecided,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -132,6 +135,11 @@ class RunState:
     # stored events of the run not believed (see the module docstring), in log order
     rejected: list[Rejected] = field(default_factory=list)
     reported: set[str] = field(default_factory=set)  # ids of the run's security.rejected events
+    # guardrail verdicts by (checkpoint, subject id): the first one stands
+    verdicts: dict[tuple[str, str], GuardrailChecked] = field(default_factory=dict)
+    placeholders: dict[str, str] = field(default_factory=dict)  # the run's redaction table
+    route: RouteDecided | None = None  # the router's choice (the first stands)
+    recalled: MemoryRecalled | None = None  # memories for the prompt (the first stands)
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
@@ -157,6 +165,27 @@ class RunState:
 
     def pending(self, mode: Literal["steer", "follow_up"]) -> list[MessageQueued]:
         return [m for m in self.queued if m.mode == mode and m.id not in self.delivered]
+
+    def guarded(self, checkpoint: str) -> bool:
+        """Whether the run waits for a guardrail verdict at ``checkpoint`` (pinned at start)."""
+        return self.started is not None and checkpoint in self.started.guarded
+
+    def verdict(self, checkpoint: str, target_id: str) -> GuardrailChecked | None:
+        return self.verdicts.get((checkpoint, target_id))
+
+    def waiting_for_verdict(self, checkpoint: str, target_id: str) -> bool:
+        """The run waits at ``checkpoint`` and has no verdict on ``target_id`` yet."""
+        return self.guarded(checkpoint) and (checkpoint, target_id) not in self.verdicts
+
+    def screened(self, checkpoint: str, target_id: str, text: str) -> str | None:
+        """``text`` as the guardrails let it through at ``checkpoint``: redacted when the
+        verdict redacted it, ``None`` when the verdict blocked it."""
+        v = self.verdicts.get((checkpoint, target_id))
+        if v is None:
+            return text
+        if v.action == "block":
+            return None
+        return v.redacted_text if v.redacted_text is not None else text
 
     def reject(self, event: Event, seq: int, reason: str) -> None:
         """Keep ``event`` (stored at ``seq``) aside, unbelieved; the fold moves past it."""
@@ -243,6 +272,15 @@ class RunState:
                     self.outcome, self.status = event, "cancelled"
             case SecurityRejected():
                 self.reported.add(event.id)
+            case RouteDecided():
+                if self.route is None:
+                    self.route = event
+            case MemoryRecalled():
+                if self.recalled is None:
+                    self.recalled = event
+            case GuardrailChecked():
+                self.verdicts.setdefault((event.checkpoint, event.target_id), event)
+                self.placeholders.update(event.placeholders_added)
             case _:
                 pass
 

@@ -33,6 +33,12 @@ from nanocrab.projections.deadletters import (
     dead_letters,
     list_dead_letters,
 )
+from nanocrab.projections.guardrails import (
+    GuardrailsProjection,
+    guardrail_alert_rows,
+    guardrail_verdict_rows,
+)
+from nanocrab.projections.memory import MemoryProjection, Recalled, recall
 from nanocrab.projections.projector import Projector
 from nanocrab.projections.sessions import SessionsProjection, session_history
 from nanocrab.projections.spec import BusSpec, reopenable
@@ -50,7 +56,7 @@ def all_projections() -> list[Projection]:
     """Every read model this version ships, in rebuild order."""
     return [
         RunTimelineProjection(), DeadLettersProjection(), SessionsProjection(), AuditProjection(),
-        CapabilitiesProjection(),
+        CapabilitiesProjection(), GuardrailsProjection(), MemoryProjection(),
     ]  # fmt: skip
 
 
@@ -92,11 +98,14 @@ __all__ = [
     "CapabilityRow",
     "CapabilityStats",
     "DeadLettersProjection",
+    "GuardrailsProjection",
+    "MemoryProjection",
     "Projection",
     "ProjectionError",
     "ProjectionFailed",
     "ProjectionWorker",
     "Projector",
+    "Recalled",
     "RunTimelineProjection",
     "SessionsProjection",
     "TimelineRow",
@@ -112,11 +121,14 @@ __all__ = [
     "dead_letters",
     "default_url",
     "failures",
+    "guardrail_alert_rows",
+    "guardrail_verdict_rows",
     "list_capabilities",
     "list_dead_letters",
     "make_engine",
     "metadata",
     "pending_approvals",
+    "recall",
     "reopenable",
     "run_timeline",
     "run_timeline_rows",

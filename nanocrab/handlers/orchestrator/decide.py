@@ -21,7 +21,9 @@ from pydantic import ValidationError
 from nanocrab.agents import enabled_tools, profile
 from nanocrab.events import (
     Event,
+    GuardrailChecked,
     LlmRequested,
+    MessageQueued,
     ReplySent,
     RunCancelled,
     RunCompleted,
@@ -53,10 +55,20 @@ def max_steps(state: RunState) -> int:
 def deadline(state: RunState) -> datetime | None:
     if state.started is None or state.task is None:
         return None
-    return state.started.time + timedelta(seconds=profile(state.task.agent).timeout_s)
+    return state.started.time + timedelta(seconds=profile(state.started.agent).timeout_s)
 
 
-def decide(state: RunState, now: datetime) -> list[Event]:
+def decide(
+    state: RunState,
+    now: datetime,
+    *,
+    guarded: frozenset[str] = frozenset(),
+    routed: bool = False,
+) -> list[Event]:
+    """``guarded``: the guardrail checkpoints to pin in ``run.started`` when this decision
+    starts the run (the chain has a filter for them); later decisions read the pinned ones.
+    ``routed``: a router chooses the agent of tasks that name none (:func:`needs_route`), so
+    such a run starts once its ``route.decided`` is in."""
     task = state.task
     if task is None:
         return []
@@ -73,14 +85,17 @@ def decide(state: RunState, now: datetime) -> list[Event]:
             if state.reply is not None:  # the answer is out, its run.completed is not yet
                 return [RunCompleted(reply=state.reply.text, steps=0)]
             return run_command(state)
-        prof = profile(task.agent)
+        if routed and state.route is None and needs_route(task):
+            return []  # waiting for the router
+        prof = profile(agent_of(state))
         return [
             RunStarted(
                 agent=prof.name,
                 parent_run_id=task.parent_run_id,
                 max_steps=task.max_steps or prof.max_steps,
+                guarded=sorted(guarded),
             ),
-            _request(state, 0, []),
+            *_opening(state, guarded),
         ]
     if (limit := deadline(state)) is not None and now > limit:
         return _finish_failed(
@@ -88,13 +103,13 @@ def decide(state: RunState, now: datetime) -> list[Event]:
         )
     turn = state.current
     if turn is None:
-        return [_request(state, 0, [])]
+        return _opening(state, frozenset(state.started.guarded if state.started else ()))
     if turn.failure is not None:
         reason = f"the model call failed ({turn.failure.kind}): {turn.failure.message}"
         return _finish_failed(state, "llm", reason)
     if turn.response is None:
         return []  # waiting for the model
-    steer = state.pending("steer")
+    steer = _cleared(state, "steer")
     out: list[Event] = []
     for call in turn.calls:
         if call.finished:
@@ -103,28 +118,61 @@ def decide(state: RunState, now: datetime) -> list[Event]:
             if steer:
                 out.append(ToolSkipped(call_id=call.call_id, tool=call.tool, reason="steered"))
                 continue
+            if state.waiting_for_verdict("tool_call", call.call_id):
+                return out  # the guardrails look at the call first
+            verdict = state.verdict("tool_call", call.call_id)
+            if verdict is not None and verdict.action in ("block", "redact"):
+                out.append(guardrail_blocked_call(call, verdict))
+                continue
+            flag = None  # the guardrails ask a person: the policy will, whatever its rules
+            if verdict is not None and verdict.action == "require_approval":
+                flag = verdict.reason or "flagged by the guardrails"
             out.append(
-                ToolRequested(call_id=call.call_id, tool=call.tool, arguments=call.arguments)
+                ToolRequested(
+                    call_id=call.call_id, tool=call.tool, arguments=call.arguments, guardrail=flag
+                )
             )
             return out  # one call at a time: a steer can still skip the rest
         if call.tool in NATIVE_TOOLS and call.grant is not None and call.child_run_id is None:
             return out + _spawn(state, call)
         return out  # waiting for the tool (or its grant)
     if turn.calls:
+        if any(_output_unchecked(state, c) for c in turn.calls):
+            return out  # the model reads no tool output the guardrails have not seen
         if len(state.turns) >= max_steps(state):
             return out + _finish_failed(
                 state, "max_steps", f"stopped after {len(state.turns)} steps"
             )
         return [*out, _request(state, turn.index + 1, [m.id for m in steer])]
-    follow = state.pending("follow_up") + steer
-    answer = text_of(turn.response.content)
+    follow = _cleared(state, "follow_up") + steer
+    if state.waiting_for_verdict("reply", turn.response.id):
+        return []  # the guardrails read the answer before anyone else does
+    answer = _screened_reply(state, turn.response.id, text_of(turn.response.content))
     # a decision of more than one event lands one event at a time: decided again in between
     # (another orchestrator instance, a redelivery), only what is missing is decided
     replied = state.reply is not None and state.reply_turn == turn.index
     reply: list[Event] = [] if replied else [ReplySent(text=answer)]
+    if _unchecked_messages(state):
+        return reply  # a queued message waits for its verdict before it is delivered
     if follow and len(state.turns) < max_steps(state):
         return [*reply, _request(state, turn.index + 1, [m.id for m in follow])]
     return _finish_completed(state, answer, reply)
+
+
+def needs_route(task: TaskSubmitted) -> bool:
+    """A top-level task that names no agent (``agent`` left at ``default``), not a command."""
+    return task.parent_run_id is None and task.agent == "default" and not (
+        task.text.strip().startswith("/")
+    )
+
+
+def agent_of(state: RunState) -> str:
+    """The run's agent: as started, else as routed, else as the task named it."""
+    if state.started is not None:
+        return state.started.agent
+    if state.route is not None:
+        return state.route.agent
+    return state.task.agent if state.task is not None else "default"
 
 
 def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
@@ -132,7 +180,7 @@ def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
     return LlmRequested(
         turn=turn,
         delivers=delivers,
-        tools=enabled_tools(state.task.agent, state.task.tools),
+        tools=enabled_tools(agent_of(state), state.task.tools),
         step_id=f"{state.run_id}.{turn}",
     )
 
@@ -197,7 +245,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
             )
         ]
     child = child_run_id(state.run_id, call.call_id)
-    mine = set(enabled_tools(state.task.agent, state.task.tools))
+    mine = set(enabled_tools(agent_of(state), state.task.tools))
     tools = [t for t in enabled_tools(args.agent, args.tools) if t in mine and t != "spawn"]
     return [
         SubagentSpawned(
@@ -232,3 +280,71 @@ def _cascade_cancel(state: RunState) -> list[Event]:
         for child, call_id in state.children.items()
         if (c := state.call(call_id)) is None or not c.finished
     ]
+
+
+# -- guardrails ------------------------------------------------------------------------------
+
+
+def _opening(state: RunState, guarded: frozenset[str]) -> list[Event]:
+    """The first model call, once the task's verdict lets it through (when ``task_input`` is
+    guarded); a blocked task ends the run, telling the user why."""
+    assert state.task is not None
+    if "task_input" in guarded:
+        verdict = state.verdict("task_input", state.task.id)
+        if verdict is None:
+            return []  # waiting for the guardrails
+        if verdict.action == "block":
+            reason = verdict.reason or "blocked by the guardrails"
+            refusal: list[Event] = []
+            if state.reply is None:
+                refusal = [ReplySent(text=f"This request was blocked by a guardrail: {reason}")]
+            return [
+                *refusal,
+                RunFailed(kind="guardrail", reason=reason),
+                *_to_parent(state, f"The subagent's task was blocked: {reason}", is_error=True),
+            ]
+    return [_request(state, 0, [])]
+
+
+def guardrail_blocked_call(call: CallState, verdict: GuardrailChecked) -> ToolCompleted:
+    """A tool call the guardrails blocked, as the failed result the model reads."""
+    reason = verdict.reason or f"blocked by guardrail {', '.join(verdict.fired)}"
+    return ToolCompleted(
+        call_id=call.call_id,
+        tool=call.tool,
+        is_error=True,
+        error_kind="denied",
+        content=[TextBlock(f"blocked by a guardrail, the call was not run: {reason}")],
+    )
+
+
+def _output_unchecked(state: RunState, call: CallState) -> bool:
+    """A tool result (not a guardrail's own refusal) the guardrails have not judged yet."""
+    if call.completed is None or not state.guarded("tool_output"):
+        return False
+    blocked = state.verdict("tool_call", call.call_id)
+    if blocked is not None and blocked.action in ("block", "redact"):
+        return False
+    return state.verdict("tool_output", call.call_id) is None
+
+
+def _cleared(state: RunState, mode: Literal["steer", "follow_up"]) -> list[MessageQueued]:
+    """Queued messages ready for delivery: judged already when ``task_input`` is guarded."""
+    return [m for m in state.pending(mode) if not state.waiting_for_verdict("task_input", m.id)]
+
+
+def _unchecked_messages(state: RunState) -> bool:
+    return any(
+        state.waiting_for_verdict("task_input", m.id)
+        for m in state.queued
+        if m.id not in state.delivered
+    )
+
+
+def _screened_reply(state: RunState, response_id: str, answer: str) -> str:
+    screened = state.screened("reply", response_id, answer)
+    if screened is not None:
+        return screened
+    verdict = state.verdict("reply", response_id)
+    reason = verdict.reason if verdict is not None else ""
+    return f"(The answer was withheld by a guardrail: {reason or 'blocked'}.)"

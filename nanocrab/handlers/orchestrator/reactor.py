@@ -32,6 +32,7 @@ from nanocrab.bus.replay import read
 from nanocrab.bus.runtime import append_chained, append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
+    AlertRaised,
     BusDeadLettered,
     BusMalformed,
     Event,
@@ -72,11 +73,14 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
 )
 
+NOT_DECIDING: tuple[type[Event], ...] = (AlertRaised,)
+"""Run events no decision depends on (an alert is for people; its verdict is what decides)."""
+
 
 class Orchestrator:
     name = "orchestrator"
     consumes: tuple[type[Event], ...] = (
-        *(t for t in RUN_EVENTS if t not in QUIET_OWN_EVENTS),
+        *(t for t in RUN_EVENTS if t not in QUIET_OWN_EVENTS and t not in NOT_DECIDING),
         BusMalformed,
         BusDeadLettered,
     )
@@ -99,10 +103,16 @@ class Orchestrator:
         name: str = "orchestrator",
         watchdog_interval_s: float = 1.0,
         trust: Trust | None = None,
+        guarded: frozenset[str] = frozenset(),
+        routed: bool = False,
     ) -> None:
         """``trust`` says which signed grants to believe (a ``spawn`` runs on its grant);
-        ``None`` believes every grant — for tests of the loop alone."""
+        ``None`` believes every grant — for tests of the loop alone. ``guarded``: the guardrail
+        checkpoints new runs wait for (pinned in their ``run.started``; the guardrails chain
+        has a filter for them), empty without guardrails."""
         self.name = name
+        self.guarded = guarded
+        self.routed = routed  # a router decides the agent of tasks naming none: wait for it
         self.log = log_
         self.loader = RunLoader(log_, trust=trust)
         self.watchdog_interval_s = watchdog_interval_s
@@ -179,7 +189,7 @@ class Orchestrator:
         """The decision on the run as the log has it now, guarded by the run's last sequence."""
         state = await self.loader.state(run_id)
         self._watch(state)
-        decision = decide(state, utcnow())
+        decision = decide(state, utcnow(), guarded=self.guarded, routed=self.routed)
         if state.terminal and not decision:
             self.loader.forget(run_id)
         guard = Expect(state.seq, self.loader.scope(run_id))

@@ -1,0 +1,293 @@
+"""Memory and routing end to end: the memory projection, recall into a new run's prompt, /new
+consolidation, the router choosing agents from natural language, agents.yaml errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab import demo
+from nanocrab.bus import EventLog, Reactor, read
+from nanocrab.events import (
+    GrantDenied,
+    MemoryConsolidated,
+    MemoryRecalled,
+    RouteDecided,
+    RunCompleted,
+    RunStarted,
+    TaskSubmitted,
+    TextBlock,
+    ToolCompleted,
+    ToolRequested,
+)
+from nanocrab.handlers.orchestrator import Orchestrator
+from nanocrab.handlers.router import RouterHandler
+from nanocrab.llm import ScriptedProvider
+from nanocrab.llm.base import Provider
+from nanocrab.memory import default_embedder
+from nanocrab.memory.store import memory_vectors
+from nanocrab.projections import Projector
+from nanocrab.projections.memory import MemoryProjection, memory_items, recall
+from nanocrab.routing import AgentsConfig, AgentsError, Router, install_profiles, load_agents
+from nanocrab.routing import parse_agents as parse
+
+from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
+from .conftest import eventually
+
+AGENTS = Path(__file__).parent / "data" / "routing" / "agents.yaml"
+
+REPLY = """
+scripts:
+  - name: main
+    turns:
+      - text: "done: {task}"
+"""
+
+
+@pytest.fixture(scope="module")
+def config() -> AgentsConfig:
+    cfg = load_agents(AGENTS)
+    install_profiles(cfg)
+    return cfg
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return demo.make_workspace(tmp_path / "ws")
+
+
+def routed_reactors(
+    log: EventLog, engine: AsyncEngine, provider: Provider, workspace: Path, config: AgentsConfig
+) -> list[Reactor]:
+    reactors = agent_reactors(log, engine, provider, workspace)
+    for r in reactors:
+        if isinstance(r, Orchestrator):
+            r.routed = True
+    return [*reactors, RouterHandler(log, engine, config=config, recall_min=0.6)]
+
+
+# --- agents.yaml and the decision (no bus) --------------------------------------------------
+
+
+def test_agents_yaml_errors_name_the_file_and_line() -> None:
+    text = "version: 1\ndefault: a\nagents:\n  - name: a\n    description: x\n  - name: B\n"
+    with pytest.raises(AgentsError, match=r"^agents\.yaml:6: agents\.1\.name"):
+        parse(text, "agents.yaml")
+    with pytest.raises(AgentsError, match=r"^f:1: .*default 'z' is not one of the agents"):
+        parse("default: z\nagents:\n  - {name: a, description: x}\n", "f")
+    with pytest.raises(AgentsError, match=r"^f:3: not valid YAML"):
+        parse("agents:\n  - [\n", "f")
+
+
+def test_one_agent_is_no_routing() -> None:
+    cfg = parse("default: a\nagents:\n  - {name: a, description: x}\n")
+    assert not cfg.routed
+
+
+def test_the_embedding_route_tells_agents_apart(config: AgentsConfig) -> None:
+    router = Router(config, default_embedder())
+    assert router.by_embedding("plot a histogram of the order amounts in sales.csv").agent == (
+        "analyst"
+    )
+    d = router.by_embedding("the web server does not come back after the reboot, check it")
+    assert (d.agent, d.method) == ("ops", "embedding")
+    assert d.margin > 0 and next(iter(d.scores)) == "ops"
+
+
+# --- end to end on the bus ------------------------------------------------------------------
+
+
+async def test_two_agents_are_routed_from_natural_language(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path, config: AgentsConfig
+) -> None:
+    provider = ScriptedProvider.from_text(REPLY)
+    reactors = routed_reactors(log, sqlite_engine, provider, workspace, config)
+    async with running_host(log, sqlite_engine, reactors):
+        tasks = {
+            "analyst": submit("compute the average basket size per month from orders.csv",
+                              workspace),
+            "writer": submit("write a friendly announcement of the new release for our blog",
+                             workspace),
+            "named": submit("where is the config parsed", workspace, agent="explorer"),
+        }  # fmt: skip
+        for t in tasks.values():
+            await log.append(t)
+        runs = {k: await finished(log, t.run_id or "") for k, t in tasks.items()}
+    for agent in ("analyst", "writer"):
+        (route,) = of_type(runs[agent], RouteDecided)
+        assert (route.agent, route.method) == (agent, "embedding")
+        assert route.score > 0 and route.margin >= config.margin
+        (started,) = of_type(runs[agent], RunStarted)
+        assert started.agent == agent
+        # the decision comes before the run starts: a replay reads it, never recomputes it
+        assert runs[agent].index(route) < runs[agent].index(started)
+    assert of_type(runs["named"], RouteDecided) == [], "a task naming its agent is not routed"
+    assert of_type(runs["named"], RunStarted)[0].agent == "explorer"
+
+
+async def test_a_similar_second_task_recalls_the_first(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path, config: AgentsConfig
+) -> None:
+    seen: list = []
+    provider = ScriptedProvider.from_text(REPLY)
+    original = provider.complete
+
+    async def spy(request, **kw):  # type: ignore[no-untyped-def]
+        seen.append(request)
+        return await original(request, **kw)
+
+    provider.complete = spy  # type: ignore[method-assign]
+    reactors = routed_reactors(log, sqlite_engine, provider, workspace, config)
+    async with running_host(log, sqlite_engine, reactors):
+        first = submit("fix the failing unit test in the date parser module", workspace)
+        await log.append(first)
+        events = await finished(log, first.run_id or "")
+        assert of_type(events, MemoryRecalled) == [], "nothing to recall yet"
+        episode = f"episode:{first.run_id}"
+
+        async def folded() -> bool:
+            vec = default_embedder().embed(["x"])[0]
+            return episode in {r.item_id for r in await recall(sqlite_engine, vec, k=50)}
+
+        await eventually(folded, timeout=30)
+        second = submit("the unit test of the date parser fails, please fix it", workspace)
+        await log.append(second)
+        events = await finished(log, second.run_id or "")
+    (recalled,) = of_type(events, MemoryRecalled)
+    assert recalled.item_ids[0] == episode and recalled.scores[0] >= 0.6
+    system = seen[-1].system
+    assert "## Memory" in system and "fix the failing unit test in the date parser" in system
+
+
+async def test_new_consolidates_the_session_into_memory(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path, config: AgentsConfig
+) -> None:
+    provider = ScriptedProvider.from_text(REPLY)
+    reactors = routed_reactors(log, sqlite_engine, provider, workspace, config)
+    async with running_host(log, sqlite_engine, reactors):
+        task = submit("draft the changelog entry for version 3.1", workspace, session_id="s-7")
+        await log.append(task)
+        await finished(log, task.run_id or "")
+        new = submit("/new", workspace, session_id="s-7")
+        await log.append(new)
+        await finished(log, new.run_id or "")
+
+        async def consolidated() -> list[MemoryConsolidated]:
+            found = [s.event async for s in read(log, log.subjects.session("s-7"))]
+            return [e for e in found if isinstance(e, MemoryConsolidated)]
+
+        (event,) = await eventually(consolidated, timeout=40)
+        assert "draft the changelog entry for version 3.1" in event.summary
+
+        async def stored() -> list[str]:
+            async with sqlite_engine.connect() as conn:
+                rows = await conn.execute(
+                    select(memory_items.c.summary).where(memory_items.c.kind == "session")
+                )
+                return [r[0] for r in rows]
+
+        (summary,) = await eventually(stored, timeout=20)
+        assert summary.startswith("Session s-7, 1 task(s)")
+
+
+# --- the projection rebuilds identically (SQLite and PostgreSQL) ----------------------------
+
+
+async def test_the_memory_projection_rebuilds_identically(
+    log: EventLog, engine: AsyncEngine
+) -> None:
+    events = []
+    for i, task in enumerate(["rename the config loader", "plot the weekly signups chart"]):
+        rid = f"mem-run-{i}"
+        t = TaskSubmitted(text=task, run_id=rid, session_id="s-1")
+        events += [
+            t,
+            ToolRequested(call_id="c1", tool="write", arguments={"path": f"f{i}.py"}, run_id=rid),
+            ToolCompleted(call_id="c1", tool="write", run_id=rid),
+            ToolRequested(
+                call_id="c2", tool="remember", arguments={"text": f"note {i}"}, run_id=rid
+            ),
+            ToolCompleted(
+                call_id="c2", tool="remember", run_id=rid, content=[TextBlock(text="Remembered")]
+            ),
+            RunCompleted(reply=f"did {task}", steps=2, run_id=rid),
+        ]
+    events.append(MemoryConsolidated(episode_id="session:s-1", summary="two tasks",
+                                     session_id="s-1"))  # fmt: skip
+    events.append(events[5])  # a second copy of an event changes nothing
+    await log.append_batch(events)
+
+    async def snapshot() -> tuple[list[tuple], list[tuple]]:  # type: ignore[type-arg]
+        async with engine.connect() as conn:
+            items = [tuple(r) for r in await conn.execute(
+                select(memory_items).order_by(memory_items.c.item_id))]  # fmt: skip
+            vectors = [tuple(r) for r in await conn.execute(
+                select(memory_vectors.c.item_id, memory_vectors.c.vector)
+                .order_by(memory_vectors.c.item_id))]  # fmt: skip
+        return items, vectors
+
+    projector = Projector(log, engine, MemoryProjection())
+    await projector.setup()
+    await projector.catch_up()
+    first = await snapshot()
+    assert [r[0] for r in first[0]] == [
+        "episode:mem-run-0", "episode:mem-run-1", "note:mem-run-0:c2", "note:mem-run-1:c2",
+        "session:s-1",
+    ]  # fmt: skip
+    episode = dict((r[0], r) for r in first[0])["episode:mem-run-0"]
+    assert '"write"' in episode[8] and '"f0.py"' in episode[9] and episode[6] == "completed"
+    await Projector(log, engine, MemoryProjection()).rebuild()
+    assert await snapshot() == first
+    query = default_embedder().embed(["chart of signups per week"])[0]
+    hits = await recall(engine, query, k=1, kind="episode")
+    assert hits[0].item_id == "episode:mem-run-1"
+
+
+WRITE_ANYWAY = """
+scripts:
+  - name: main
+    turns:
+      - tool_calls: [{name: write, input: {path: out.txt, content: "x"}}]
+      - text: "finished"
+"""
+
+
+async def test_a_routed_run_gets_its_agents_tools_only(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path, config: AgentsConfig
+) -> None:
+    provider = ScriptedProvider.from_text(WRITE_ANYWAY)
+    reactors = routed_reactors(log, sqlite_engine, provider, workspace, config)
+    async with running_host(log, sqlite_engine, reactors):
+        task = submit("compute the median order value per month from orders.csv", workspace)
+        await log.append(task)
+        events = await finished(log, task.run_id or "")
+    assert of_type(events, RunStarted)[0].agent == "analyst"  # tools: read, ls, python
+    (denied,) = of_type(events, GrantDenied)
+    assert denied.tool == "write" and "not enabled for this run" in denied.reason
+    assert not (workspace / "out.txt").exists()
+
+
+async def test_skills_for_a_task_are_found_by_meaning(tmp_path: Path) -> None:
+    from nanocrab.skills import SkillLibrary, bundled_skills_dir
+    from nanocrab.tools import LocalOperations
+    from nanocrab.tools.base import ToolContext
+    from nanocrab.tools.discovery import (
+        AvailableAgentsTool,
+        NoArgs,
+        SkillsForTaskArgs,
+        SkillsForTaskTool,
+    )
+
+    tool = SkillsForTaskTool(SkillLibrary.discover([bundled_skills_dir()]))
+    assert tool.rank("the service log is full of errors since 3am, find out why", 1)[0][0] == (
+        "log-triage"
+    )
+    assert tool.rank("write the message for this commit", 1)[0][0] == "commit-message"
+    ctx = ToolContext(workspace=tmp_path, ops=LocalOperations(), artifacts=None)  # type: ignore[arg-type]
+    result = await tool.run(SkillsForTaskArgs(task="review my pull request", k=2), ctx)
+    assert "code-review" in str(result.content)
+    agents = await AvailableAgentsTool().run(NoArgs(), ctx)
+    assert "explorer" in str(agents.content)

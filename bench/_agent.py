@@ -66,9 +66,14 @@ ONE_TOOL_FLOW = [
 ]  # fmt: skip
 
 
+BESIDE_THE_FLOW = ("grant.revoked", "guardrail.checked", "alert.raised")
+"""Events compared apart from the one-tool flow: the policy's revocations (after the end) and the
+guardrails' verdicts (in production, where the bundled chain guards every checkpoint)."""
+
+
 def after_the_end_removed(stored: list[Stored]) -> list[Stored]:
-    """The run's own flow: without the policy's revocations, which follow ``run.completed``."""
-    return [s for s in stored if s.event is None or s.event.type != "grant.revoked"]
+    """The run's own flow: without :data:`BESIDE_THE_FLOW`."""
+    return [s for s in stored if s.event is None or s.event.type not in BESIDE_THE_FLOW]
 
 
 @dataclass

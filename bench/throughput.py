@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _agent import (
+    BESIDE_THE_FLOW,
     ONE_TOOL_FLOW,
     AgentBench,
     CpuMeter,
@@ -90,7 +91,7 @@ async def verify(bench: AgentBench, tasks: list) -> tuple[int, Counter[str]]:  #
     for t in tasks:
         raws = await reader.after(bench.log.subjects.run(t.run_id or ""), 0)
         types = [_type_of(bench, r.data, r.subject) for r in raws]
-        types = [t for t in types if t != "grant.revoked"]  # the policy's, after the end
+        types = [t for t in types if t not in BESIDE_THE_FLOW]
         if types == ONE_TOOL_FLOW:
             ok += 1
         else:

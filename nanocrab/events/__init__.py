@@ -27,6 +27,7 @@ from nanocrab.events.guardrails import (
     GuardrailChecked,
     GuardrailCheckpoint,
     GuardrailFinding,
+    screened_message,
 )
 from nanocrab.events.ids import child_run_id, derive_event_id, new_event_id, utcnow
 from nanocrab.events.llm import (
@@ -210,5 +211,6 @@ __all__ = [
     "derive_event_id",
     "new_event_id",
     "payload_fields",
+    "screened_message",
     "utcnow",
 ]  # fmt: skip

@@ -74,3 +74,19 @@ class AlertRaised(Event, frozen=True, tag="alert.raised"):
     score: float = 0.0
     verdict_event_id: str | None = None
     tool: str | None = None
+
+
+def screened_message(verdict: GuardrailChecked) -> str | None:
+    """What a user's message (a task or a queued message, ``verdict.target_id``) becomes in
+    every later context built from it — a session's history above all — when the
+    ``task_input`` checkpoint redacted or blocked it; ``None`` when it passes unchanged.
+
+    Redacted: the redacted text the model saw. Blocked: a note with the reason, never the text
+    (a blocked injection must not reach the next run through its session's history)."""
+    if verdict.checkpoint != "task_input":
+        return None
+    if verdict.action == "block":
+        return f"[withheld by a guardrail: {verdict.reason or 'blocked'}]"
+    if verdict.redacted_text is not None:
+        return verdict.redacted_text
+    return None

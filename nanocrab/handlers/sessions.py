@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
@@ -60,16 +61,22 @@ from nanocrab.bus.replay import position
 from nanocrab.events import (
     Event,
     EventDecodeError,
+    GuardrailChecked,
     MessageQueued,
     ReplySent,
     SessionArchived,
     TaskSubmitted,
+    screened_message,
 )
 from nanocrab.handlers.conversation import history_messages
 from nanocrab.llm.base import Message
 
-HISTORY_TYPES = ("task.submitted", "message.queued", "reply.sent", "session.archived")
-"""The event types a session's history is made of (the index's consumer filter)."""
+HISTORY_TYPES = (
+    "task.submitted", "message.queued", "reply.sent", "session.archived", "guardrail.checked",
+)  # fmt: skip
+"""The event types a session's history is made of (the index's consumer filter); a
+``task_input`` verdict that redacted or blocked a message replaces its text
+(:func:`~nanocrab.events.screened_message`)."""
 
 CAPACITY = 256
 """Sessions an index keeps (least recently used first out); an evicted one is loaded again."""
@@ -148,15 +155,28 @@ class SessionEntry:
     """No older message was dropped: ``messages`` is the whole session."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     failed: bool = False
+    screened: dict[str, str] = field(default_factory=dict)
+    """Message event id → the text a guardrail verdict left of it (kept for messages folded or
+    loaded after their verdict)."""
 
     def add(self, message: Said) -> None:
         """Fold a message stored after everything held (a second copy of an event: nothing)."""
         if any(m.event_id == message.event_id for m in self.messages):
             return
+        if (text := self.screened.get(message.event_id)) is not None:
+            message = dataclasses.replace(message, text=text)
         self.messages.append(message)
         if len(self.messages) > self.keep:
             del self.messages[0]
             self.complete = False
+
+    def screen(self, event_id: str, text: str) -> None:
+        """A verdict on message ``event_id``: its text is ``text`` from now on, wherever held."""
+        self.screened[event_id] = text
+        self.messages = [
+            dataclasses.replace(m, text=text) if m.event_id == event_id else m
+            for m in self.messages
+        ]
 
     def archive(self, seq: int) -> None:
         if self.archived_at is None or seq < self.archived_at:
@@ -430,3 +450,5 @@ def _fold(entry: SessionEntry, event: Event, seq: int) -> None:
         entry.add(message)
     elif archives(event):
         entry.archive(seq)
+    elif isinstance(event, GuardrailChecked) and (text := screened_message(event)) is not None:
+        entry.screen(event.target_id, text)

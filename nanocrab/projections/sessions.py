@@ -26,13 +26,21 @@ from sqlalchemy import (
     and_,
     inspect,
     select,
+    update,
 )
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
-from nanocrab.events import MessageQueued, ReplySent, SessionArchived, TaskSubmitted
+from nanocrab.events import (
+    GuardrailChecked,
+    MessageQueued,
+    ReplySent,
+    SessionArchived,
+    TaskSubmitted,
+    screened_message,
+)
 from nanocrab.projections.db import bulk_insert, checkpoints, metadata
 
 session_messages = Table(
@@ -58,7 +66,7 @@ archived_sessions = Table(
 )
 
 
-_SESSION_EVENTS = (TaskSubmitted, MessageQueued, ReplySent, SessionArchived)
+_SESSION_EVENTS = (TaskSubmitted, MessageQueued, ReplySent, SessionArchived, GuardrailChecked)
 
 
 class SessionsProjection:
@@ -79,12 +87,16 @@ class SessionsProjection:
         return f"{subjects.root}.>"
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
-        rows, archives = [], []
+        rows, archives, screened = [], [], []
         for s in batch:
             e = s.event
             if e is None or not e.session_id or not e.run_id:
                 continue
             match e:
+                case GuardrailChecked():
+                    if (text := screened_message(e)) is not None:
+                        screened.append((e.target_id, text))
+                    continue
                 case TaskSubmitted(text=text) if not e.parent_run_id and not text.startswith("/"):
                     role = "user"
                 case MessageQueued(text=text):
@@ -106,6 +118,13 @@ class SessionsProjection:
         # a second copy of an event adds nothing; a session is archived once (the first wins)
         await bulk_insert(conn, session_messages, rows, unless_exists="event_id")
         await bulk_insert(conn, archived_sessions, archives, unless_exists="session_id")
+        # a task_input verdict that redacted or blocked a message: history keeps what it left
+        for event_id, text in screened:
+            await conn.execute(
+                update(session_messages)
+                .where(session_messages.c.event_id == event_id)
+                .values(text=text)
+            )
 
 
 async def session_history(

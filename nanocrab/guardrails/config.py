@@ -58,6 +58,7 @@ from nanocrab.guardrails.lists import CompiledList
 from nanocrab.guardrails.model import Action, CheckContext, Checkpoint, Finding
 from nanocrab.guardrails.pii import ENTITIES, Entity, detect_pii
 from nanocrab.guardrails.secrets import detect_secrets
+from nanocrab.yamlfile import duplicate_key, yaml_problem
 
 BUNDLED = "default.yaml"
 _FILTER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -240,7 +241,11 @@ class AlignmentFilter(_Filter):
 
 
 Filter = Annotated[
-    PiiFilter | SecretsFilter | InjectionFilter | DenyListFilter | AllowListFilter
+    PiiFilter
+    | SecretsFilter
+    | InjectionFilter
+    | DenyListFilter
+    | AllowListFilter
     | AlignmentFilter,
     Field(discriminator="detector"),
 ]
@@ -311,41 +316,14 @@ def parse_guardrails(text: str, source: str = "<string>") -> GuardrailsConfig:
         node = loader.get_single_node()
         if node is None:
             raise GuardrailsError(f"{source}: the file is empty; it needs at least 'version: 1'")
-        _reject_duplicate_keys(node, source)
+        if (duplicate := duplicate_key(node, source)) is not None:
+            raise GuardrailsError(duplicate)
         data = loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise GuardrailsError(_yaml_message(exc, source)) from exc
+        raise GuardrailsError(yaml_problem(exc, source, "guardrails files")) from exc
     finally:
         loader.dispose()
     return _validate(data, source, node)
-
-
-def _yaml_message(exc: yaml.YAMLError, source: str) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f"{source}:{mark.line + 1}" if mark is not None else source
-    problem = getattr(exc, "problem", None) or str(exc)
-    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in problem:
-        return f"{where}: {problem}; guardrails files are plain YAML data and tags are refused"
-    return f"{where}: not valid YAML: {problem}"
-
-
-def _reject_duplicate_keys(node: yaml.Node, source: str) -> None:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, yaml.MappingNode):
-            seen: set[object] = set()
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        raise GuardrailsError(
-                            f"{source}:{key.start_mark.line + 1}: duplicate key {key.value!r}; "
-                            "YAML would silently keep only the last one"
-                        )
-                    seen.add(key.value)
-                stack.extend((key, value))
-        elif isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
 
 
 def _validate(data: Any, source: str, node: yaml.Node | None) -> GuardrailsConfig:

@@ -93,6 +93,7 @@ from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS
 from nanocrab.policy.programs import Program
 from nanocrab.tools.confine import Confinement, Limits
 from nanocrab.tools.confine.env import SECRET_PATTERNS, secret_like
+from nanocrab.yamlfile import duplicate_key, yaml_problem
 
 BUNDLED = "default.yaml"
 PROTECTED_RULE = "nanocrab-data"  # the engine's built-in rule: the data directory
@@ -359,44 +360,14 @@ def load_policy(path: Path | None = None) -> Policy:
         node = loader.get_single_node()
         if node is None:
             raise PolicyError(f"{source}: the policy file is empty; it needs at least 'version: 1'")
-        _reject_duplicate_keys(node, source)
+        if (duplicate := duplicate_key(node, source)) is not None:
+            raise PolicyError(duplicate)
         data = loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise PolicyError(_yaml_message(exc, source)) from exc
+        raise PolicyError(yaml_problem(exc, source, "policy files")) from exc
     finally:
         loader.dispose()
     return _validate(data, source, node)
-
-
-def _yaml_message(exc: yaml.YAMLError, source: str) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f"{source}:{mark.line + 1}" if mark is not None else source
-    problem = getattr(exc, "problem", None) or str(exc)
-    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in problem:
-        return (
-            f"{where}: {problem}; policy files are plain YAML data and tags such as "
-            "!!python/object are refused"
-        )
-    return f"{where}: not valid YAML: {problem}"
-
-
-def _reject_duplicate_keys(node: yaml.Node, source: str) -> None:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, yaml.MappingNode):
-            seen: set[object] = set()
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        raise PolicyError(
-                            f"{source}:{key.start_mark.line + 1}: duplicate key {key.value!r}; "
-                            "YAML would silently keep only the last one"
-                        )
-                    seen.add(key.value)
-                stack.extend((key, value))
-        elif isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
 
 
 def _validate(data: Any, source: str, node: yaml.Node | None) -> Policy:

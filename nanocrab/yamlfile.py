@@ -1,0 +1,46 @@
+"""Reading a configuration file as plain YAML data: what policy.yaml and guardrails.yaml share.
+
+Both are loaded with ``yaml.compose`` (safe-load semantics: tags such as ``!!python/object`` are
+refused) and refuse duplicate keys, which YAML would silently resolve to the last one. These
+helpers only *describe* a problem with the file and line; each loader raises its own error type.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+
+def yaml_problem(exc: yaml.YAMLError, source: str, what: str) -> str:
+    """``source:line: problem`` for a YAML error; ``what`` names the file kind in the message
+    about refused tags (``"policy files"``, ``"guardrails files"``)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{source}:{mark.line + 1}" if mark is not None else source
+    problem = getattr(exc, "problem", None) or str(exc)
+    if isinstance(exc, yaml.constructor.ConstructorError) and "tag" in problem:
+        return (
+            f"{where}: {problem}; {what} are plain YAML data: tags are refused "
+            "(such as !!python/object)"
+        )
+    return f"{where}: not valid YAML: {problem}"
+
+
+def duplicate_key(node: yaml.Node, source: str) -> str | None:
+    """``source:line: duplicate key 'k'; ...`` for the first mapping key that repeats anywhere
+    in the document, or ``None``."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            seen: set[object] = set()
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        return (
+                            f"{source}:{key.start_mark.line + 1}: duplicate key {key.value!r}; "
+                            "YAML would silently keep only the last one"
+                        )
+                    seen.add(key.value)
+                stack.extend((key, value))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return None

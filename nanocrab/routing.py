@@ -30,10 +30,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
 
 if TYPE_CHECKING:
     from nanocrab.memory import Embedder, Vectors
@@ -95,13 +97,16 @@ def load_agents(path: Path) -> AgentsConfig:
 
 
 def parse_agents(text: str, source: str = "<agents.yaml>") -> AgentsConfig:
+    loader = yaml.SafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is not None and (duplicate := duplicate_key(node, source)) is not None:
+            raise AgentsError(duplicate)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise AgentsError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise AgentsError(yaml_problem(exc, source, "agents files")) from exc
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise AgentsError(f"{source}:1: agents.yaml is a mapping with 'version: 1' and 'agents'")
     try:
@@ -109,29 +114,10 @@ def parse_agents(text: str, source: str = "<agents.yaml>") -> AgentsConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
-        line = _line_of(node, loc)
+        line = line_of(node, loc)
         where = f"{source}:{line}" if line else source
         path = ".".join(str(p) for p in loc) or "agents.yaml"
         raise AgentsError(f"{where}: {path}: {err['msg']}") from exc
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at ``loc`` (or of its closest existing ancestor)."""
-    if node is None:
-        return None
-    line = node.start_mark.line + 1
-    current: yaml.Node = node
-    for part in loc:
-        nxt: yaml.Node | None = None
-        if isinstance(current, yaml.MappingNode):
-            nxt = next((v for k, v in current.value if getattr(k, "value", None) == part), None)
-        elif isinstance(current, yaml.SequenceNode) and isinstance(part, int):
-            nxt = current.value[part] if part < len(current.value) else None
-        if nxt is None:
-            break
-        current = nxt
-        line = current.start_mark.line + 1
-    return line
 
 
 @dataclass(frozen=True, slots=True)

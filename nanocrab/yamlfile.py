@@ -7,6 +7,8 @@ helpers only *describe* a problem with the file and line; each loader raises its
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 
@@ -44,3 +46,21 @@ def duplicate_key(node: yaml.Node, source: str) -> str | None:
         elif isinstance(current, yaml.SequenceNode):
             stack.extend(current.value)
     return None
+
+
+def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (a pydantic error location: keys and list
+    indices), or of its closest existing ancestor; ``None`` without a document."""
+    if node is None:
+        return None
+    current = node
+    for step in loc:
+        child: yaml.Node | None = None
+        if isinstance(current, yaml.MappingNode):
+            child = next((v for k, v in current.value if getattr(k, "value", None) == step), None)
+        elif isinstance(current, yaml.SequenceNode) and isinstance(step, int):
+            child = current.value[step] if step < len(current.value) else None
+        if child is None:
+            break
+        current = child
+    return current.start_mark.line + 1

@@ -58,7 +58,7 @@ from nanocrab.guardrails.lists import CompiledList
 from nanocrab.guardrails.model import Action, CheckContext, Checkpoint, Finding
 from nanocrab.guardrails.pii import ENTITIES, Entity, detect_pii
 from nanocrab.guardrails.secrets import detect_secrets
-from nanocrab.yamlfile import duplicate_key, yaml_problem
+from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
 
 BUNDLED = "default.yaml"
 _FILTER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -358,7 +358,7 @@ def _describe(err: Mapping[str, Any], data: dict[str, Any], source: str,
             model = _FILTER_FIELDS[field[0]]
             field = field[1:]
             loc = loc[:2] + field
-    line = _line_of(node, loc)
+    line = line_of(node, loc)
     where = f"{source}:{line}" if line else source
     message = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
@@ -370,20 +370,3 @@ def _describe(err: Mapping[str, Any], data: dict[str, Any], source: str,
         message += f", not {err['input']!r}"
     parts = [p for p in (label, ".".join(str(f) for f in field)) if p]
     return f"{where}: {': '.join(parts)}: {message}" if parts else f"{where}: {message}"
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at ``loc`` (or of its closest existing ancestor)."""
-    if node is None:
-        return None
-    current = node
-    for step in loc:
-        child = None
-        if isinstance(current, yaml.MappingNode):
-            child = next((v for k, v in current.value if k.value == step), None)
-        elif isinstance(current, yaml.SequenceNode) and isinstance(step, int):
-            child = current.value[step] if step < len(current.value) else None
-        if child is None:
-            break
-        current = child
-    return current.start_mark.line + 1

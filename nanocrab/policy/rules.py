@@ -93,7 +93,7 @@ from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS
 from nanocrab.policy.programs import Program
 from nanocrab.tools.confine import Confinement, Limits
 from nanocrab.tools.confine.env import SECRET_PATTERNS, secret_like
-from nanocrab.yamlfile import duplicate_key, yaml_problem
+from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
 
 BUNDLED = "default.yaml"
 PROTECTED_RULE = "nanocrab-data"  # the engine's built-in rule: the data directory
@@ -386,7 +386,7 @@ def _validate(data: Any, source: str, node: yaml.Node | None) -> Policy:
 
 def _describe(err: Any, data: dict[str, Any], source: str, node: yaml.Node | None) -> str:
     loc: tuple[Any, ...] = tuple(err["loc"])
-    line = _line_of(node, loc)
+    line = line_of(node, loc)
     where = f"{source}:{line}" if line else source
     label = ""
     field = loc
@@ -405,20 +405,3 @@ def _describe(err: Any, data: dict[str, Any], source: str, node: yaml.Node | Non
         message += f", not {err['input']!r}"
     parts = [p for p in (label, ".".join(str(f) for f in field)) if p]
     return f"{where}: {': '.join(parts)}: {message}" if parts else f"{where}: {message}"
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at ``loc`` (or of its closest existing ancestor)."""
-    if node is None:
-        return None
-    current = node
-    for step in loc:
-        child = None
-        if isinstance(current, yaml.MappingNode):
-            child = next((v for k, v in current.value if k.value == step), None)
-        elif isinstance(current, yaml.SequenceNode) and isinstance(step, int):
-            child = current.value[step] if step < len(current.value) else None
-        if child is None:
-            break
-        current = child
-    return current.start_mark.line + 1

@@ -262,6 +262,21 @@ class AgentBench:
 
 
 @contextlib.asynccontextmanager
+async def _serving(host: Host) -> AsyncIterator[RunWatcher]:
+    """Start the host with a watcher on the runs' terminal subjects; on exit stop both, bring
+    the projections up to date and close the engine."""
+    watcher = RunWatcher(host.log)
+    await watcher.start()
+    await host.start()
+    try:
+        yield watcher
+    finally:
+        await watcher.stop()
+        await host.stop(drain_s=10)
+        await host.engine.dispose()
+
+
+@contextlib.asynccontextmanager
 async def agent_bench(
     name: str,
     *,
@@ -299,15 +314,8 @@ async def agent_bench(
             projections=chosen,
             options=options or RuntimeOptions(),
         )
-        watcher = RunWatcher(log)
-        await watcher.start()
-        await host.start()
-        try:
+        async with _serving(host) as watcher:
             yield AgentBench(log, engine, workspace, tmp, provider, host, watcher, times)
-        finally:
-            await watcher.stop()
-            await host.stop(drain_s=10)
-            await engine.dispose()
 
 
 @contextlib.asynccontextmanager
@@ -350,15 +358,8 @@ async def _production_bench(name: str, options: RuntimeOptions | None) -> AsyncI
                 log_for=logs,
                 projectors_in="process",
             )
-            watcher = RunWatcher(log)
-            await watcher.start()
-            await host.start()
-            try:
+            async with _serving(host) as watcher:
                 yield AgentBench(log, engine, workspace, tmp, provider, host, watcher, times)
-            finally:
-                await watcher.stop()
-                await host.stop(drain_s=10)
-                await engine.dispose()
 
 
 def calibration() -> str:

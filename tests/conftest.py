@@ -81,7 +81,7 @@ async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
     await eng.dispose()
 
 
-async def eventually(predicate, timeout: float = 10.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
+async def eventually(predicate, timeout: float = 30.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
     """Poll an async predicate until it returns a truthy value."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

@@ -112,7 +112,7 @@ class Rig:
 
     async def wait(
         self, run_id: str, kind: type | tuple[type, ...], where: Callable[[Any], bool] = bool,
-        timeout: float = 10.0,
+        timeout: float = 30.0,
     ) -> Any:  # fmt: skip
         async def found() -> Any:
             return next(

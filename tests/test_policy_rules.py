@@ -698,7 +698,7 @@ def test_bypasses_are_not_safe(gate: Gate, command: str, why: str) -> None:
         ("cat ~root/.bashrc", "homes", "inside /root"),
         ("cat /home/bob/.bashrc", "homes", "inside /home"),
         ("cat /etc/../root/.profile", "homes", "inside /root"),
-        ("cat /ro*/.s*", "homes", "could reach /root"),
+        ("cat /ro*/.s*", "homes", "could reach /root|inside /root"),  # /root/.ssh may exist
         ("cat /???/passwd", "secrets", "inside /etc"),
         ("cat /e[t]c/shadow", "secrets", "inside /etc"),
         ("cat ~/*", "homes", "{root}/home"),
@@ -718,7 +718,7 @@ def test_bypasses_are_not_safe(gate: Gate, command: str, why: str) -> None:
 def test_host_secrets_and_escapes_are_denied(gate: Gate, command: str, rule: str, why: str) -> None:
     d = gate.run(command)
     assert d.tier == "deny" and d.rule == (rule or None), d.reason
-    assert why.format(root=gate.root) in d.reason
+    assert any(w.format(root=gate.root) in d.reason for w in why.split("|")), d.reason
 
 
 def test_a_glob_pattern_that_could_reach_a_denied_path_is_denied(ws: Path, tmp_path: Path) -> None:

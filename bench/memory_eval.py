@@ -5,6 +5,10 @@
   and both fused (reciprocal rank fusion), so "does hybrid help" is measured, not assumed;
 - embedding throughput of all-MiniLM-L6-v2 in numpy: batched texts/s, and one short text at a
   time (p50), uncached;
+- run-start recall (what a run's first model call waits for, ``projections/memory_search.py``
+  ``recaller``): p50 with no episode (one query, no embedding), and over the labelled episodes
+  for a new text and a repeated (cached) one; the lazy vectorising rate of the memory projection's
+  rows (items/s, one text per call);
 - search p50 (a whole ``VectorStore.search``: index query plus fetching the hits' rows) with
   10k and 100k memories, for each index: sqlite-vec and exact on SQLite, exact on PostgreSQL
   (when reachable; pgvector when installed). The bulk memories are real task embeddings mixed
@@ -31,8 +35,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import machine, pct
 
-from nanocrab.memory import MemoryItem, MiniLMEmbedder, VectorStore
+from nanocrab.memory import CachedEmbedder, MemoryItem, MiniLMEmbedder, VectorStore
 from nanocrab.projections import make_engine
+from nanocrab.projections.memory import MemoryProjection, memory_items
+from nanocrab.projections.memory_search import recaller, vectorise
 
 DATA = Path(__file__).parent.parent / "tests" / "data" / "memory"
 K = 5
@@ -151,6 +157,65 @@ def throughput(model: MiniLMEmbedder, tasks: list[dict[str, object]],
           f"CPU time p50 {pct(cpu, 50) * 1e3:.2f} ms")  # fmt: skip
 
 
+async def run_start_recall(model: MiniLMEmbedder, tasks: list[dict[str, object]],
+                           queries: list[dict[str, object]], tmp: Path) -> None:  # fmt: skip
+    from datetime import UTC, datetime
+
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp / 'recall.db'}")
+    cached = CachedEmbedder(model)
+    recall = recaller(engine, lambda: cached, k=3, min_score=0.6)
+
+    async def timed(text: str, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await recall(text)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    projection = MemoryProjection()
+    async with engine.begin() as conn:
+        for table in projection.tables:
+            await conn.run_sync(table.create, checkfirst=True)
+        await projection.store.setup(conn)
+    empty = await timed("list the files", 50)
+    print(f"run-start recall, no episode yet: p50 {pct(empty, 50) * 1e3:.2f} ms (one query, "
+          f"no embedding, model not loaded)")  # fmt: skip
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await conn.execute(memory_items.insert(), [
+            {"item_id": f"episode:{t['id']}", "seq": i + 1, "kind": "episode",
+             "run_id": str(t["id"]), "session_id": "s", "text": memory_text(t),
+             "outcome": "completed", "summary": "ok",
+             "tools": "[]", "files": "[]", "time": now}
+            for i, t in enumerate(tasks)
+        ])  # fmt: skip
+    t0 = time.perf_counter()
+    done = await vectorise(engine, lambda: cached)
+    took = time.perf_counter() - t0
+    print(f"lazy vectorising of the projection's rows: {done} items in {took:.2f}s = "
+          f"{done / took:.0f} items/s (one text per call)")  # fmt: skip
+    fresh = []
+    for q in queries:
+        fresh += await timed(str(q["query"]), 1)
+    again = await timed(str(queries[0]["query"]), 50)
+    print(f"run-start recall over {done} episodes: new text p50 {pct(fresh, 50) * 1e3:.2f} ms "
+          f"(embedding included); repeated text p50 {pct(again, 50) * 1e3:.2f} ms")  # fmt: skip
+    # the usual case in a running system: the previous run's episode has no vector yet
+    one_new = []
+    for i, q in enumerate(queries[:20]):
+        async with engine.begin() as conn:
+            await conn.execute(memory_items.insert(), [{
+                "item_id": f"episode:new-{i}", "seq": 10_000 + i, "kind": "episode",
+                "run_id": f"new-{i}", "session_id": "s", "text": str(q["query"]),
+                "outcome": "completed", "summary": "ok", "tools": "[]", "files": "[]",
+                "time": now}])  # fmt: skip
+        one_new += await timed(str(queries[0]["query"]), 1)
+    print(f"run-start recall with one episode not vectorised yet (scored in memory, stored in "
+          f"the background): p50 {pct(one_new, 50) * 1e3:.2f} ms")  # fmt: skip
+    await engine.dispose()
+
+
 async def search_speed(model: MiniLMEmbedder, tasks: list[dict[str, object]],
                        queries: list[dict[str, object]], sizes: list[int], pg: str | None,
                        tmp: Path) -> None:  # fmt: skip
@@ -239,6 +304,7 @@ async def main(args: argparse.Namespace) -> None:
         tmp = Path(d)
         await quality(model, tasks, queries, tmp)
         throughput(model, tasks, queries)
+        await run_start_recall(model, tasks, queries, tmp)
         if args.skip_search:
             return
         sizes = [int(s) for s in args.sizes.split(",")]

@@ -17,6 +17,7 @@ class AgentProfile(BaseModel):
     skills: tuple[str, ...] = ()  # preloaded: their bodies go into the system prompt
     max_steps: int = Field(default=25, ge=1, le=500)
     timeout_s: float = Field(default=900.0, gt=0)
+    model: str | None = None  # the model of this agent's runs (agents.yaml); None: the default
 
 
 DEFAULT = AgentProfile(

@@ -12,7 +12,7 @@
         examples: ["fix the failing test in parser.py", "add a --json flag to the CLI"]
         tools: [read, write, edit, exec]     # optional: the profile's tools (None = default's)
         skills: []                            # preloaded skills
-        model: null                           # optional model name
+        model: null                           # optional: the model of its runs
 
 The decision (:meth:`Router.decide`): the task is embedded; each agent's score is the mean
 cosine similarity between the task and the agent's description and examples (its centroid's
@@ -234,4 +234,6 @@ def install_profiles(config: AgentsConfig) -> None:
             updates["tools"] = tuple(spec.tools)
         if spec.skills:
             updates["skills"] = tuple(spec.skills)
+        if spec.model:
+            updates["model"] = spec.model
         PROFILES[spec.name] = base.model_copy(update=updates)

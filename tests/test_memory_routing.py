@@ -18,11 +18,13 @@ from nanocrab.events import (
     RouteDecided,
     RunCompleted,
     RunStarted,
+    SessionArchived,
     TaskSubmitted,
     TextBlock,
     ToolCompleted,
     ToolRequested,
 )
+from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator
 from nanocrab.handlers.router import RouterHandler
 from nanocrab.llm import ScriptedProvider
@@ -30,7 +32,9 @@ from nanocrab.llm.base import Provider
 from nanocrab.memory import default_embedder
 from nanocrab.memory.store import memory_vectors
 from nanocrab.projections import Projector
-from nanocrab.projections.memory import MemoryProjection, memory_items, recall
+from nanocrab.projections.memory import MemoryProjection, memory_items
+from nanocrab.projections.memory_search import recall, recaller, search, vectorise
+from nanocrab.projections.timeline import summarize
 from nanocrab.routing import AgentsConfig, AgentsError, Router, install_profiles, load_agents
 from nanocrab.routing import parse_agents as parse
 
@@ -104,6 +108,14 @@ async def test_two_agents_are_routed_from_natural_language(
     log: EventLog, sqlite_engine: AsyncEngine, workspace: Path, config: AgentsConfig
 ) -> None:
     provider = ScriptedProvider.from_text(REPLY)
+    models: dict[str, str] = {}
+    original = provider.complete
+
+    async def spy(request, **kw):  # type: ignore[no-untyped-def]
+        models[request.run_id] = request.model
+        return await original(request, **kw)
+
+    provider.complete = spy  # type: ignore[method-assign]
     reactors = routed_reactors(log, sqlite_engine, provider, workspace, config)
     async with running_host(log, sqlite_engine, reactors):
         tasks = {
@@ -125,6 +137,9 @@ async def test_two_agents_are_routed_from_natural_language(
         # the decision comes before the run starts: a replay reads it, never recomputes it
         assert runs[agent].index(route) < runs[agent].index(started)
     assert of_type(runs["named"], RouteDecided) == [], "a task naming its agent is not routed"
+    # agents.yaml's model for the writer's runs; the others keep the handler's default
+    assert models[tasks["writer"].run_id] == "writer-model-1"  # type: ignore[index]
+    assert models[tasks["analyst"].run_id] != "writer-model-1"  # type: ignore[index]
     assert of_type(runs["named"], RunStarted)[0].agent == "explorer"
 
 
@@ -149,8 +164,7 @@ async def test_a_similar_second_task_recalls_the_first(
         episode = f"episode:{first.run_id}"
 
         async def folded() -> bool:
-            vec = default_embedder().embed(["x"])[0]
-            return episode in {r.item_id for r in await recall(sqlite_engine, vec, k=50)}
+            return episode in {r.item_id for r in await search(sqlite_engine, "x", k=50)}
 
         await eventually(folded, timeout=30)
         second = submit("the unit test of the date parser fails, please fix it", workspace)
@@ -232,7 +246,11 @@ async def test_the_memory_projection_rebuilds_identically(
     projector = Projector(log, engine, MemoryProjection())
     await projector.setup()
     await projector.catch_up()
+    assert (await snapshot())[1] == [], "the projection writes rows; vectors are computed lazily"
+    assert await vectorise(engine) == 5
+    assert await vectorise(engine) == 0, "each item's vector is computed and stored once"
     first = await snapshot()
+    assert [r[0] for r in first[1]] == [r[0] for r in first[0]]
     assert [r[0] for r in first[0]] == [
         "episode:mem-run-0", "episode:mem-run-1", "note:mem-run-0:c2", "note:mem-run-1:c2",
         "session:s-1",
@@ -240,6 +258,11 @@ async def test_the_memory_projection_rebuilds_identically(
     episode = dict((r[0], r) for r in first[0])["episode:mem-run-0"]
     assert '"write"' in episode[8] and '"f0.py"' in episode[9] and episode[6] == "completed"
     await Projector(log, engine, MemoryProjection()).rebuild()
+    assert (await snapshot())[1] == []
+    # a search finds rows not vectorised yet (scored in memory, stored in the background)
+    (hit,) = await search(engine, "note 1", k=1, kind="note")
+    assert hit.item_id == "note:mem-run-1:c2" and hit.score > 0.99
+    await vectorise(engine)
     assert await snapshot() == first
     query = default_embedder().embed(["chart of signups per week"])[0]
     hits = await recall(engine, query, k=1, kind="episode")
@@ -282,12 +305,134 @@ async def test_skills_for_a_task_are_found_by_meaning(tmp_path: Path) -> None:
     )
 
     tool = SkillsForTaskTool(SkillLibrary.discover([bundled_skills_dir()]))
-    assert tool.rank("the service log is full of errors since 3am, find out why", 1)[0][0] == (
+    # without a skill map: by the similarity of the skills' descriptions alone
+    assert tool.rank("the service log is full of errors since 3am, find out why", 1)[0].name == (
         "log-triage"
     )
-    assert tool.rank("write the message for this commit", 1)[0][0] == "commit-message"
+    assert tool.rank("write the message for this commit", 1)[0].name == "commit-message"
     ctx = ToolContext(workspace=tmp_path, ops=LocalOperations(), artifacts=None)  # type: ignore[arg-type]
     result = await tool.run(SkillsForTaskArgs(task="review my pull request", k=2), ctx)
     assert "code-review" in str(result.content)
     agents = await AvailableAgentsTool().run(NoArgs(), ctx)
     assert "explorer" in str(agents.content)
+
+
+# --- the default configuration: one agent, no router hop ------------------------------------
+
+
+def single_agent_reactors(
+    log: EventLog, engine: AsyncEngine, provider: Provider, workspace: Path
+) -> list[Reactor]:
+    """The loop as ``nanocrab run`` wires it without agents.yaml: the LLM handler recalls in
+    line; the router only consolidates ``/new``."""
+    reactors = agent_reactors(log, engine, provider, workspace)
+    for r in reactors:
+        if isinstance(r, LlmHandler):
+            r.recall = recaller(engine, min_score=0.6)
+    return [*reactors, RouterHandler(log, engine, config=None)]
+
+
+async def test_without_routing_a_similar_task_recalls_the_first_in_line(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path
+) -> None:
+    seen: list = []
+    provider = ScriptedProvider.from_text(REPLY)
+    original = provider.complete
+
+    async def spy(request, **kw):  # type: ignore[no-untyped-def]
+        seen.append(request)
+        return await original(request, **kw)
+
+    provider.complete = spy  # type: ignore[method-assign]
+    reactors = single_agent_reactors(log, sqlite_engine, provider, workspace)
+    async with running_host(log, sqlite_engine, reactors):
+        first = submit("rename the helper module utils.py to helpers.py", workspace)
+        await log.append(first)
+        events = await finished(log, first.run_id or "")
+        assert of_type(events, MemoryRecalled) == [] and of_type(events, RouteDecided) == []
+        episode = f"episode:{first.run_id}"
+
+        async def folded() -> bool:
+            async with sqlite_engine.connect() as conn:
+                found = await conn.scalar(
+                    select(memory_items.c.item_id).where(memory_items.c.item_id == episode)
+                )
+            return found is not None
+
+        await eventually(folded, timeout=30)
+        unrelated = submit("what is the weather like in Lisbon in May", workspace)
+        await log.append(unrelated)
+        assert of_type(await finished(log, unrelated.run_id or ""), MemoryRecalled) == [], (
+            "nothing above the threshold: nothing recalled"
+        )
+        second = submit("please rename utils.py into helpers.py", workspace)
+        await log.append(second)
+        events = await finished(log, second.run_id or "")
+    (recalled,) = of_type(events, MemoryRecalled)
+    assert recalled.item_ids[0] == episode and recalled.scores[0] >= 0.6
+    assert recalled.source == "llm" and of_type(events, RouteDecided) == []
+    # before the model answered, in the timeline with its sources
+    (responded,) = [e for e in events if e.type == "llm.responded"]
+    assert events.index(recalled) < events.index(responded)
+    assert summarize(recalled).startswith(f"{episode} ")
+    system = seen[-1].system
+    assert "## Memory" in system and "rename the helper module utils.py" in system
+
+
+async def test_without_routing_new_consolidates_the_session(
+    log: EventLog, sqlite_engine: AsyncEngine, workspace: Path
+) -> None:
+    provider = ScriptedProvider.from_text(REPLY)
+    reactors = single_agent_reactors(log, sqlite_engine, provider, workspace)
+    async with running_host(log, sqlite_engine, reactors):
+        task = submit("summarise the open issues about caching", workspace, session_id="s-9")
+        await log.append(task)
+        await finished(log, task.run_id or "")
+        new = submit("/new", workspace, session_id="s-9")
+        await log.append(new)
+        await finished(log, new.run_id or "")
+
+        async def consolidated() -> list[MemoryConsolidated]:
+            found = [s.event async for s in read(log, log.subjects.session("s-9"))]
+            return [e for e in found if isinstance(e, MemoryConsolidated)]
+
+        (event,) = await eventually(consolidated, timeout=40)
+    assert "summarise the open issues about caching" in event.summary
+
+
+async def test_up_embeds_new_memories_in_the_background(sqlite_engine: AsyncEngine) -> None:
+    """``nanocrab up``'s router stores the vectors of rows the projection wrote, so a search
+    rarely has any left to embed; a one-shot run (no interval) leaves them alone."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from nanocrab.cli.wiring import run_start_recall
+
+    projection = MemoryProjection()
+    async with sqlite_engine.begin() as conn:
+        for table in projection.tables:
+            await conn.run_sync(table.create, checkfirst=True)
+        await projection.store.setup(conn)
+        await conn.execute(memory_items.insert(), [{
+            "item_id": "note:r:c", "seq": 7, "kind": "note", "run_id": "r", "session_id": "s",
+            "text": "the staging database password rotates on Mondays", "outcome": "noted",
+            "summary": "", "tools": "[]", "files": "[]", "time": datetime.now(UTC),
+        }])  # fmt: skip
+
+    async def stored() -> list[str]:
+        async with sqlite_engine.connect() as conn:
+            return list((await conn.execute(select(memory_vectors.c.item_id))).scalars())
+
+    one_shot = RouterHandler(None, sqlite_engine, config=None)  # type: ignore[arg-type]
+    assert one_shot.consumes == (SessionArchived,), "without routing it takes no task"
+    await one_shot.background()  # returns at once: no interval
+    assert await stored() == []
+    up = RouterHandler(None, sqlite_engine, config=None, vectorise_every_s=0.05)  # type: ignore[arg-type]
+    loop = asyncio.create_task(up.background())
+    try:
+        assert await eventually(stored, timeout=30) == ["note:r:c"]
+    finally:
+        loop.cancel()
+    assert run_start_recall(sqlite_engine, {"NANOCRAB_RECALL": "off"}) is None
+    with pytest.raises(ValueError, match="NANOCRAB_RECALL='high'"):
+        run_start_recall(sqlite_engine, {"NANOCRAB_RECALL": "high"})

@@ -85,6 +85,7 @@ memory_store_meta = Table(
 )
 
 _VEC_TABLE = "memory_vec"
+_VEC_CHUNK = 128  # vectors per sqlite-vec chunk: 192 KB at 384 dimensions
 _PG_TABLE = "memory_pgvector"
 
 # loaded before any engine opens its connections: see memory/sqlite_vec.py
@@ -141,9 +142,12 @@ class VectorStore:
         )
         native = await self._native_index(conn)
         if native == "sqlite-vec":
+            # vec0 allocates its vectors a chunk at a time: the default 1024 made a store of
+            # a few memories 1.5 MB (26 KB per task after 60 one-tool runs, more than the log)
             await conn.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VEC_TABLE} USING vec0("
-                f"embedding float[{self.dim}] distance_metric=cosine, kind text)"
+                f"embedding float[{self.dim}] distance_metric=cosine, kind text, "
+                f"chunk_size={_VEC_CHUNK})"
             )
         elif native == "pgvector":
             await conn.exec_driver_sql(
@@ -308,6 +312,30 @@ class VectorStore:
         )  # fmt: skip
         return [(int(seq), float(score)) for seq, score in result]
 
+    async def nearest(
+        self,
+        conn: AsyncConnection,
+        query: Vectors,
+        *,
+        k: int = 5,
+        kind: str | None = None,
+        min_score: float | None = None,
+        generation: int | None = None,
+    ) -> list[tuple[str, float]]:
+        """:meth:`search`'s ``(item_id, score)`` pairs only: on the exact index, one query
+        fewer (the index holds the ids), two with ``generation`` (the store's deletion
+        generation, when the caller has just read it on ``conn``)."""
+        if await self.index(conn) != "exact":
+            hits = await self.search(conn, query, k=k, kind=kind, min_score=min_score)
+            return [(h.item_id, h.score) for h in hits]
+        q = self._unit(query)
+        try:
+            await self._exact.catch_up(conn, generation)
+        except DBAPIError as exc:
+            raise NanocrabMemoryError(f"memory search failed on the exact index: {exc}") from exc
+        found = self._exact.top_ids(q, k, kind)
+        return [(i, sc) for i, sc in found if min_score is None or sc >= min_score]
+
     def _unit(self, vector: Vectors) -> Vectors:
         v = np.asarray(vector, dtype=np.float32).reshape(-1)
         if v.shape[0] != self.dim:
@@ -407,18 +435,26 @@ class _ExactIndex:
         self._seqs = np.empty(1024, dtype=np.int64)
         self._kinds = np.empty(1024, dtype=np.int32)
         self._kind_codes: dict[str, int] = {}
+        self._ids: list[str] = []
 
-    async def catch_up(self, conn: AsyncConnection) -> None:
-        generation = int(
-            await conn.scalar(
-                select(memory_store_meta.c.generation).where(memory_store_meta.c.name == "vectors")
-            )
-            or 0
-        )
+    async def catch_up(self, conn: AsyncConnection, generation: int | None = None) -> None:
+        if generation is None:
+            generation = int(
+                await conn.scalar(
+                    select(memory_store_meta.c.generation)
+                    .where(memory_store_meta.c.name == "vectors")
+                )
+                or 0
+            )  # fmt: skip
         if generation != self._generation:
             self._reset(generation)
         result = await conn.execute(
-            select(memory_vectors.c.seq, memory_vectors.c.kind, memory_vectors.c.vector)
+            select(
+                memory_vectors.c.seq,
+                memory_vectors.c.kind,
+                memory_vectors.c.vector,
+                memory_vectors.c.item_id,
+            )
             .where(memory_vectors.c.seq > self._last_seq)
             .order_by(memory_vectors.c.seq)
         )
@@ -437,10 +473,18 @@ class _ExactIndex:
         self._kinds[self._n : need] = [
             self._kind_codes.setdefault(r[1], len(self._kind_codes)) for r in rows
         ]
+        self._ids.extend(str(r[3]) for r in rows)
         self._n = need
         self._last_seq = int(rows[-1][0])
 
     def top(self, q: Vectors, k: int, kind: str | None) -> list[tuple[int, float]]:
+        return [(int(self._seqs[i]), score) for i, score in self._top(q, k, kind)]
+
+    def top_ids(self, q: Vectors, k: int, kind: str | None) -> list[tuple[str, float]]:
+        return [(self._ids[i], score) for i, score in self._top(q, k, kind)]
+
+    def _top(self, q: Vectors, k: int, kind: str | None) -> list[tuple[int, float]]:
+        """``(row, score)`` of the best ``k`` rows, best first."""
         scores = self._matrix[: self._n] @ q
         if kind is not None:
             code = self._kind_codes.get(kind)
@@ -452,4 +496,4 @@ class _ExactIndex:
             return []
         top = np.argpartition(-scores, k - 1)[:k] if k < self._n else np.arange(self._n)
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(self._seqs[i]), float(scores[i])) for i in top if scores[i] > -np.inf]
+        return [(int(i), float(scores[i])) for i in top if scores[i] > -np.inf]

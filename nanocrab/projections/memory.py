@@ -12,10 +12,15 @@ Three kinds of items, each a row of ``memory_items`` and a vector in the store
 - ``session``: a ``memory.consolidated`` summary of a session archived by ``/new``.
 
 Vectors are *recomputed* from the text, never carried in events: the log stays small and
-model-free, and a rebuild gives the same vectors because each text is embedded on its own
-(the embedder's output depends on the batch's makeup by ~1.6e-7; one text per call removes
-even that), through the process's cached embedder. The embedder loads on the first item to
-embed, never for a log without memories.
+model-free. And they are computed *lazily*: the projection writes rows only (it never loads the
+embedding model, so a one-shot ``nanocrab run`` does not pay ~0.6 s and ~190 MB for it);
+:func:`~nanocrab.projections.memory_search.vectorise` embeds the rows that have no vector yet,
+called by whoever searches (``memory_search.py``: the ``recall`` tool, the run-start recall) and
+by ``nanocrab up``'s router in the background. Each text is embedded on its own (the embedder's
+output depends on the batch's makeup by ~1.6e-7; one text per call removes even that), so a
+vector depends on its text alone:
+whoever computes it, before or after a rebuild, stores the same bytes, and the store keeps the
+first copy of an item's vector (exactly once).
 
 Items are keyed by the id of the event that made them (the run id for an episode), inserted
 once, so a second copy of an event changes nothing.
@@ -24,9 +29,7 @@ once, so a second copy of an event changes nothing.
 from __future__ import annotations
 
 import json
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import (
     BigInteger,
@@ -38,7 +41,7 @@ from sqlalchemy import (
     delete,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import (
@@ -50,7 +53,7 @@ from nanocrab.events import (
     ToolCompleted,
     ToolRequested,
 )
-from nanocrab.memory import Embedder, MemoryItem, VectorStore
+from nanocrab.memory import Embedder, VectorStore
 from nanocrab.memory.store import memory_vectors
 from nanocrab.projections.db import applied_events, bulk_insert, first_copies, metadata
 
@@ -62,7 +65,7 @@ memory_items = Table(
     "memory_items",
     metadata,
     Column("item_id", String(128), primary_key=True),
-    Column("seq", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False, index=True),  # the event's: one item per event
     Column("kind", String(16), nullable=False),
     Column("run_id", String(128), nullable=False),
     Column("session_id", String(128), nullable=False),
@@ -94,14 +97,10 @@ _EVENTS = (TaskSubmitted, ToolRequested, ToolCompleted, RunCompleted, RunFailed,
 EmbedderFactory = Callable[[], Embedder]
 
 
-def _default_factory() -> Embedder:
-    from nanocrab.memory import default_embedder  # loads the model on first use only
-
-    return default_embedder()
-
-
 class MemoryProjection:
-    """A sparse projection (``projections/base.py``) over run and memory events."""
+    """A sparse projection (``projections/base.py``) over run and memory events. It writes
+    ``memory_items`` rows only; vectors are ``memory_search.vectorise``'s job (see the module
+    docstring)."""
 
     name = "memory"
     lazy_checkpoint_s = 1.0
@@ -110,9 +109,7 @@ class MemoryProjection:
     # (so an exact index elsewhere reloads), and it is no part of what the log determines
     tables = (memory_items, memory_runs, memory_applied, memory_vectors)
 
-    def __init__(self, embedder: EmbedderFactory | None = None) -> None:
-        self._factory = embedder or _default_factory
-        self._embedder: Embedder | None = None
+    def __init__(self) -> None:
         self.store = VectorStore(MEMORY_DIM)  # the instance goes to the worker process: picklable
 
     @staticmethod
@@ -125,18 +122,15 @@ class MemoryProjection:
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.>"
 
-    def embed(self, text: str) -> list[float]:
-        if self._embedder is None:
-            self._embedder = self._factory()
-        return [float(x) for x in self._embedder.embed([text])[0]]
-
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
         relevant = [s for s in batch if self.relevant(s)]
         if not relevant:
             return
-        await self.store.setup(conn)  # the sqlite-vec table (not a Table) after a rebuild
         if await conn.scalar(select(memory_applied.c.seq).limit(1)) is None:
-            await self.store.clear(conn)  # a first start or a rebuild: readers reload
+            # a first start or a rebuild: the sqlite-vec table (not a Table, so not dropped),
+            # emptied with the vectors; the generation moves, so readers reload
+            await self.store.setup(conn)
+            await self.store.clear(conn)
         fresh = await first_copies(conn, memory_applied, relevant)
         if not fresh:
             return
@@ -228,14 +222,7 @@ class MemoryProjection:
         return [row]
 
     async def _add(self, conn: AsyncConnection, rows: list[dict[str, object]]) -> None:
-        import numpy as np
-
         await bulk_insert(conn, memory_items, rows, unless_exists="item_id")
-        await self.store.add(conn, [
-            MemoryItem(str(r["item_id"]), str(r["kind"]), str(r["text"]),
-                       np.asarray(self.embed(str(r["text"])), dtype=np.float32))
-            for r in rows
-        ])  # fmt: skip
 
 
 def _row(
@@ -254,84 +241,3 @@ def _row(
         "session_id": session_id, "text": text, "outcome": outcome,
         "summary": summary[:SUMMARY_CHARS], "tools": "[]", "files": "[]", "time": s.event.time,
     }  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Recalled:
-    """One memory found for a query: its row and cosine score."""
-
-    item_id: str
-    kind: str
-    score: float
-    text: str
-    outcome: str
-    summary: str
-    tools: tuple[str, ...]
-    files: tuple[str, ...]
-
-    def line(self) -> str:
-        """How it appears in a prompt or a tool result."""
-        if self.kind == "episode":
-            extra = f"; tools: {', '.join(self.tools)}" if self.tools else ""
-            extra += f"; files: {', '.join(self.files)}" if self.files else ""
-            return (f"[{self.item_id} {self.score:.2f}] task: {self.text!r} -> {self.outcome}: "
-                    f"{self.summary}{extra}")  # fmt: skip
-        return f"[{self.item_id} {self.score:.2f}] {self.kind}: {self.summary}"
-
-
-_stores: weakref.WeakKeyDictionary[AsyncEngine, VectorStore] = weakref.WeakKeyDictionary()
-
-
-async def recall(
-    engine: AsyncEngine,
-    query_vector: Sequence[float],
-    *,
-    k: int = 3,
-    kind: str | None = None,
-    min_score: float | None = None,
-) -> list[Recalled]:
-    """The ``k`` memories most similar to ``query_vector`` (best first) as the projection holds
-    them now; empty when it has none yet. Searches an exact in-process index (one per engine)."""
-    import numpy as np
-
-    store = _stores.get(engine)
-    if store is None:
-        store = _stores[engine] = VectorStore(MEMORY_DIM, index="exact")
-    async with engine.connect() as conn:
-        try:
-            hits = await store.search(conn, np.asarray(query_vector, dtype=np.float32), k=k,
-                                      kind=kind, min_score=min_score)  # fmt: skip
-        except Exception:  # no tables yet
-            await conn.rollback()
-            return []
-        if not hits:
-            return []
-        rows = {r["item_id"]: r for r in (await conn.execute(
-            select(memory_items).where(memory_items.c.item_id.in_([h.item_id for h in hits]))
-        )).mappings()}  # fmt: skip
-    out = []
-    for h in hits:
-        r = rows.get(h.item_id)
-        if r is None:
-            continue
-        out.append(Recalled(h.item_id, h.kind, round(h.score, 4), str(r["text"]),
-                            str(r["outcome"]), str(r["summary"]),
-                            tuple(json.loads(r["tools"])),
-                            tuple(json.loads(r["files"]))))  # fmt: skip
-    return out
-
-
-def searcher(
-    engine: AsyncEngine, embedder: EmbedderFactory | None = None
-) -> Callable[[str, int, str | None], Awaitable[list[str]]]:
-    """A search for the ``recall`` tool: ``(query, k, kind)`` → the lines of the best memories.
-    The embedder loads on the first call (in a thread)."""
-    factory = embedder or _default_factory
-
-    async def search(query: str, k: int, kind: str | None) -> list[str]:
-        import asyncio
-
-        vector = await asyncio.to_thread(lambda: [float(x) for x in factory().embed([query])[0]])
-        return [r.line() for r in await recall(engine, vector, k=k, kind=kind)]
-
-    return search

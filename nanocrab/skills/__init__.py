@@ -6,6 +6,7 @@ model loads it with the ``skill`` tool; its resources are read one at a time on 
 
 from nanocrab.skills.errors import SkillError, SkillErrorKind
 from nanocrab.skills.library import (
+    HiddenSkill,
     SkillLibrary,
     SkillProblem,
     bundled_skills_dir,
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_DESCRIPTION_CHARS",
     "MAX_NAME_CHARS",
     "SKILL_FILE",
+    "HiddenSkill",
     "Skill",
     "SkillArgs",
     "SkillError",

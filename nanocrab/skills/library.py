@@ -8,13 +8,14 @@ listed and read one at a time on demand.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nanocrab.skills.errors import SkillError
 from nanocrab.skills.loader import load_skill, read_body
 from nanocrab.skills.model import SKILL_FILE, Skill
+from nanocrab.skills.requires import Missing, Which, missing
 from nanocrab.skills.resources import list_resources, read_resource
 
 
@@ -26,6 +27,14 @@ class SkillProblem:
     message: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class HiddenSkill:
+    """A valid skill left out because this machine lacks what it ``requires``."""
+
+    skill: Skill
+    missing: tuple[Missing, ...]
+
+
 class SkillLibrary:
     """Skills by name. Later skills replace earlier ones with the same name.
 
@@ -35,16 +44,28 @@ class SkillLibrary:
     """
 
     def __init__(
-        self, skills: Iterable[Skill] = (), *, problems: Iterable[SkillProblem] = ()
+        self,
+        skills: Iterable[Skill] = (),
+        *,
+        problems: Iterable[SkillProblem] = (),
+        hidden: Iterable[HiddenSkill] = (),
     ) -> None:
         self._skills: dict[str, Skill] = {}
         for skill in skills:
             self._skills[skill.name] = skill
         self.problems: tuple[SkillProblem, ...] = tuple(problems)
+        self.hidden: tuple[HiddenSkill, ...] = tuple(hidden)
         self._bodies: dict[str, str] = {}
 
     @classmethod
-    def discover(cls, dirs: Sequence[Path]) -> SkillLibrary:
+    def discover(
+        cls,
+        dirs: Sequence[Path],
+        *,
+        tools: Collection[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        which: Which | None = None,
+    ) -> SkillLibrary:
         """Load every ``<dir>/<name>/SKILL.md`` in ``dirs``, in order, so later dirs win.
 
         The runtime passes bundled, user, then workspace directories (see
@@ -52,6 +73,11 @@ class SkillLibrary:
         name. Missing directories are skipped. Invalid skills never stop discovery: each is left
         out and recorded in ``problems`` (and an invalid override leaves the earlier skill in
         place). Hidden directories and directories without a SKILL.md are ignored.
+
+        A skill whose ``requires`` this machine does not meet (``nanocrab/skills/requires.py``:
+        ``tools``, ``environ`` and ``which`` default to the runtime's tools, ``os.environ`` and
+        ``shutil.which``) is left out too, recorded in ``hidden`` with the reasons. A function
+        of the files and the machine only: discovering again gives a new library to swap in.
         """
         skills: list[Skill] = []
         problems: list[SkillProblem] = []
@@ -62,7 +88,18 @@ class SkillLibrary:
                 except SkillError as exc:
                     path = exc.path or skill_dir / SKILL_FILE
                     problems.append(SkillProblem(path=path, message=exc.message))
-        return cls(skills, problems=problems)
+        chosen: dict[str, Skill] = {}
+        for skill in skills:  # later directories win, as in __init__
+            chosen[skill.name] = skill
+        usable: list[Skill] = []
+        hidden: list[HiddenSkill] = []
+        for skill in chosen.values():
+            lacking = missing(skill.meta.requires, tools=tools, environ=environ, which=which)
+            if lacking:
+                hidden.append(HiddenSkill(skill=skill, missing=tuple(lacking)))
+            else:
+                usable.append(skill)
+        return cls(usable, problems=problems, hidden=hidden)
 
     def __len__(self) -> int:
         return len(self._skills)

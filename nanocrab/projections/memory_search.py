@@ -1,0 +1,327 @@
+"""Searching memory: the memory projection's rows (``projections/memory.py``) by meaning.
+
+Vectors are computed lazily (see ``projections/memory.py``): :func:`vectorise` embeds the rows
+that have none yet and stores them; :func:`search` scores such rows in memory and leaves storing
+them to a background :func:`vectorise`, so a search never waits for a write. :func:`recaller`
+is the run-start recall (``memory.recalled``), :func:`searcher` the ``recall`` tool's search.
+Per engine, the process keeps an exact in-process index (``VectorStore(index="exact")``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from nanocrab.events import MemoryRecalled
+from nanocrab.memory import Embedder, MemoryItem, NanocrabMemoryError, Vectors, VectorStore
+from nanocrab.memory.store import memory_store_meta, memory_vectors
+from nanocrab.projections.memory import MEMORY_DIM, EmbedderFactory, memory_items
+
+log = logging.getLogger(__name__)
+
+ROW_CACHE = 10_000  # memory rows kept per engine for recall results (~1 KB each)
+
+
+def _default_factory() -> Embedder:
+    from nanocrab.memory import default_embedder  # loads the model on first use only
+
+    return default_embedder()
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """One memory found for a query: its row and cosine score."""
+
+    item_id: str
+    kind: str
+    score: float
+    text: str
+    outcome: str
+    summary: str
+    tools: tuple[str, ...]
+    files: tuple[str, ...]
+
+    def line(self) -> str:
+        """How it appears in a prompt or a tool result."""
+        if self.kind == "episode":
+            extra = f"; tools: {', '.join(self.tools)}" if self.tools else ""
+            extra += f"; files: {', '.join(self.files)}" if self.files else ""
+            return (f"[{self.item_id} {self.score:.2f}] task: {self.text!r} -> {self.outcome}: "
+                    f"{self.summary}{extra}")  # fmt: skip
+        return f"[{self.item_id} {self.score:.2f}] {self.kind}: {self.summary}"
+
+
+@dataclass(eq=False)
+class _EngineMemory:
+    """What this process knows of one database's memory: its exact index, how far
+    :func:`vectorise` has got (items up to ``upto`` have vectors, under ``generation``), and
+    whether there is any episode to recall (memories only grow, but for a rebuild)."""
+
+    store: VectorStore
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    upto: int = 0
+    generation: int | None = None
+    ready: bool = False  # the store's tables and index are set up for this generation
+    has_episodes: bool = False
+    storing: asyncio.Task[int] | None = None  # a background vectorise (see search)
+    # items are written once and never change (a rebuild writes the same): their rows, by id
+    rows: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+
+    def remember(self, row: Any) -> None:
+        self.rows[str(row["item_id"])] = row
+        self.rows.move_to_end(str(row["item_id"]))
+        while len(self.rows) > ROW_CACHE:
+            self.rows.popitem(last=False)
+
+
+_engines: weakref.WeakKeyDictionary[AsyncEngine, _EngineMemory] = weakref.WeakKeyDictionary()
+
+
+def _memory(engine: AsyncEngine) -> _EngineMemory:
+    mem = _engines.get(engine)
+    if mem is None:
+        mem = _engines[engine] = _EngineMemory(VectorStore(MEMORY_DIM, index="exact"))
+    return mem
+
+
+def _embed_each(factory: EmbedderFactory, texts: Sequence[str]) -> list[Vectors]:
+    """One text per call (see the module docstring): the vector depends on the text alone."""
+    embedder = factory()
+    return [embedder.embed([t])[0] for t in texts]
+
+
+async def vectorise(
+    engine: AsyncEngine, embedder: EmbedderFactory | None = None, *, batch: int = 256
+) -> int:
+    """Embed the memory items that have no vector yet, oldest first, and store their vectors;
+    returns how many. Loads the embedder only when there is something to embed. Safe to run
+    in several places at once: a vector depends on its text alone and the store keeps the
+    first copy of an item's (on PostgreSQL the writers also take turns, so the exact index's
+    ``seq`` order holds). The embedding runs in a thread, outside any transaction."""
+    factory = embedder or _default_factory
+    mem = _memory(engine)
+    done = 0
+    async with mem.lock:
+        while True:
+            async with engine.connect() as conn:
+                pending = await _pending(conn, mem, batch)
+            if not pending:
+                return done
+            vectors = await asyncio.to_thread(_embed_each, factory, [r.text for r in pending])
+            async with engine.begin() as conn:
+                if not mem.ready:
+                    await mem.store.setup(conn)
+                    mem.ready = True
+                if conn.dialect.name == "postgresql":
+                    await conn.exec_driver_sql(
+                        "LOCK TABLE memory_vectors IN SHARE ROW EXCLUSIVE MODE"
+                    )
+                await mem.store.add(conn, [
+                    MemoryItem(r.item_id, r.kind, r.text, v)
+                    for r, v in zip(pending, vectors, strict=True)
+                ])  # fmt: skip
+            mem.upto = int(pending[-1].seq)
+            done += len(pending)
+            if len(pending) < batch:
+                return done
+
+
+async def _pending(conn: AsyncConnection, mem: _EngineMemory, limit: int) -> list[Any]:
+    """The oldest ``limit`` items without a vector (all of ``memory_items``' columns); none
+    when there are no memory tables yet. A new store generation (a rebuild) starts over."""
+    try:
+        generation = await conn.scalar(
+            select(memory_store_meta.c.generation).where(memory_store_meta.c.name == "vectors")
+        )
+        if generation != mem.generation:  # a rebuild: everything again
+            mem.generation, mem.upto, mem.ready = generation, 0, False
+        return list((await conn.execute(
+            select(memory_items)
+            .select_from(memory_items.outerjoin(
+                memory_vectors, memory_items.c.item_id == memory_vectors.c.item_id))
+            .where(memory_items.c.seq > mem.upto, memory_vectors.c.item_id.is_(None))
+            .order_by(memory_items.c.seq).limit(limit)
+        )).all())  # fmt: skip
+    except DBAPIError:
+        await conn.rollback()
+        return []
+
+
+def _store_later(engine: AsyncEngine, mem: _EngineMemory, factory: EmbedderFactory) -> None:
+    """Start a background :func:`vectorise` unless one is running (its failure is logged: the
+    next search or ``up``'s loop tries again)."""
+    if mem.storing is not None and not mem.storing.done():
+        return
+
+    def done(task: asyncio.Task[int]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("storing memory vectors failed (retried later): %r", exc)
+
+    mem.storing = asyncio.create_task(vectorise(engine, factory), name="memory:vectorise")
+    mem.storing.add_done_callback(done)
+
+
+async def has_memories(engine: AsyncEngine, kind: str = "episode") -> bool:
+    """Whether the projection holds any item of ``kind``: one indexed query, no embedding (the
+    cheap test before a recall). Once true it stays true for the process (for episodes)."""
+    mem = _memory(engine)
+    if kind == "episode" and mem.has_episodes:
+        return True
+    async with engine.connect() as conn:
+        try:
+            found = await conn.scalar(
+                select(memory_items.c.item_id).where(memory_items.c.kind == kind).limit(1)
+            )
+        except DBAPIError:
+            return False
+    if found is not None and kind == "episode":
+        mem.has_episodes = True
+    return found is not None
+
+
+async def recall(
+    engine: AsyncEngine,
+    query_vector: Sequence[float] | Vectors,
+    *,
+    k: int = 3,
+    kind: str | None = None,
+    min_score: float | None = None,
+) -> list[Recalled]:
+    """The ``k`` vectorised memories most similar to ``query_vector`` (best first) as the
+    projection holds them now; empty when it has none yet. Searches an exact in-process index
+    (one per engine). Items without a vector yet are not found: :func:`search` scores them."""
+    async with engine.connect() as conn:
+        return await _recall_on(conn, _memory(engine), query_vector, k, kind, min_score, None)
+
+
+async def _recall_on(
+    conn: AsyncConnection,
+    mem: _EngineMemory,
+    query_vector: Sequence[float] | Vectors,
+    k: int,
+    kind: str | None,
+    min_score: float | None,
+    generation: int | None,
+) -> list[Recalled]:
+    """``generation``: the store's, if just read on ``conn`` (saves the index reading it)."""
+    import numpy as np
+
+    try:
+        hits = await mem.store.nearest(conn, np.asarray(query_vector, dtype=np.float32), k=k,
+                                       kind=kind, min_score=min_score,
+                                       generation=generation)  # fmt: skip
+    except (DBAPIError, NanocrabMemoryError):  # no tables yet
+        await conn.rollback()
+        return []
+    missing = [i for i, _ in hits if i not in mem.rows]
+    if missing:
+        for r in (await conn.execute(
+            select(memory_items).where(memory_items.c.item_id.in_(missing))
+        )).mappings():  # fmt: skip
+            mem.remember(r)
+    return [_recalled(mem.rows[i], score) for i, score in hits if i in mem.rows]
+
+
+def _recalled(r: Any, score: float) -> Recalled:
+    return Recalled(str(r["item_id"]), str(r["kind"]), round(score, 4), str(r["text"]),
+                    str(r["outcome"]), str(r["summary"]), tuple(json.loads(r["tools"])),
+                    tuple(json.loads(r["files"])))  # fmt: skip
+
+
+async def search(
+    engine: AsyncEngine,
+    text: str,
+    *,
+    embedder: EmbedderFactory | None = None,
+    k: int = 3,
+    kind: str | None = None,
+    min_score: float | None = None,
+    pending_limit: int = 256,
+) -> list[Recalled]:
+    """:func:`recall` by text, including what the projection wrote since the last
+    vectorising: those rows (the oldest ``pending_limit``) are embedded with the query and
+    scored in memory, and their vectors are stored by a background :func:`vectorise`, so a
+    search never waits for a write (nor for the projector's transaction holding the SQLite
+    lock). Embedding runs in a thread."""
+    import numpy as np
+
+    factory = embedder or _default_factory
+    mem = _memory(engine)
+    async with engine.connect() as conn:  # one connection: a search is a few small reads
+        pending = [r for r in await _pending(conn, mem, pending_limit)
+                   if kind is None or r.kind == kind]  # fmt: skip
+        texts = [text, *(r.text for r in pending)]
+        vectors = await asyncio.to_thread(_embed_each, factory, texts)
+        found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation)
+    if not pending:
+        return found
+    _store_later(engine, mem, factory)
+    query = vectors[0] / max(float(np.linalg.norm(vectors[0])), 1e-12)
+    seen = {r.item_id for r in found}
+    for r, v in zip(pending, vectors[1:], strict=True):
+        score = round(float(v @ query / max(float(np.linalg.norm(v)), 1e-12)), 4)
+        if r.item_id in seen or (min_score is not None and score < min_score):
+            continue
+        found.append(_recalled(r._mapping, score))
+    found.sort(key=lambda r: -r.score)
+    return found[:k]
+
+
+def searcher(
+    engine: AsyncEngine, embedder: EmbedderFactory | None = None
+) -> Callable[[str, int, str | None], Awaitable[list[str]]]:
+    """A search for the ``recall`` tool: ``(query, k, kind)`` → the lines of the best memories.
+    The embedder loads on the first call (in a thread)."""
+
+    async def lines(query: str, k: int, kind: str | None) -> list[str]:
+        return [r.line() for r in await search(engine, query, embedder=embedder, k=k, kind=kind)]
+
+    return lines
+
+
+Recaller = Callable[[str], Awaitable[MemoryRecalled | None]]
+"""A task's text → the earlier episodes to put in its prompt (``None``: none close enough)."""
+
+
+def recaller(
+    engine: AsyncEngine,
+    embedder: EmbedderFactory | None = None,
+    *,
+    k: int = 3,
+    min_score: float = 0.6,
+) -> Recaller:
+    """Similar-task recall at run start: the ``k`` best episodes scoring at least
+    ``min_score``, as a ``memory.recalled`` to append. Costs one indexed query and no
+    embedding while the projection holds no episode; the embedder loads on the first task
+    that has something to compare with. A failure (no model, a database error) is logged and
+    recalls nothing."""
+
+    async def recall_for(text: str) -> MemoryRecalled | None:
+        if not await has_memories(engine, "episode"):
+            return None
+        try:
+            found = await search(engine, text, embedder=embedder, k=k, kind="episode",
+                                 min_score=min_score)  # fmt: skip
+        except (NanocrabMemoryError, DBAPIError) as exc:
+            # no model installed, a locked or broken database: the run goes on without
+            # memories (the log shows no memory.recalled), it must not fail for them
+            log.warning("run-start recall failed, the run continues without it: %s", exc)
+            return None
+        if not found:
+            return None
+        return MemoryRecalled(
+            item_ids=[r.item_id for r in found], scores=[r.score for r in found],
+            texts=[r.line() for r in found],
+        )  # fmt: skip
+
+    return recall_for

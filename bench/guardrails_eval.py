@@ -3,8 +3,11 @@
 Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
 - prompt injection: recall per attack category and false-positive rate per benign category
   (a text counts as flagged when the chain blocks it or asks for approval), for the ``dev``
-  split (tuned on), the ``holdout`` split (not tuned on) and both; plus a threshold sweep of
-  the injection detector alone;
+  split (tuned on), the ``holdout`` split (not tuned on), the ``ext`` set (injection_ext.jsonl:
+  written by hand after the classifier was trained, in the styles of the public benchmarks;
+  its misses were looked at once, to decide what the training set lacked), ``ext2`` (written
+  after that, never looked at item by item) and all; plus a threshold sweep of the injection
+  detector alone (heuristics and the learned layer; ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
   score >= 0.6 overlaps it) and false positives on the negative samples;
 - latency of one ``check`` on a 4 KB text (p50/p99 wall clock, p50 CPU time — the CPU figure
@@ -24,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from nanocrab.guardrails import CheckContext, check, load_guardrails
+from nanocrab.guardrails import config as guardrails_config
 from nanocrab.guardrails.injection import detect_injection
 from nanocrab.guardrails.pii import detect_pii
 
@@ -38,7 +42,8 @@ def _load(name: str) -> list[dict[str, object]]:
 
 def injection(show_misses: bool) -> None:
     chain = load_guardrails()
-    rows = _load("injection.jsonl")
+    learned = guardrails_config.shared_classifier()
+    rows = _load("injection.jsonl") + _load("injection_ext.jsonl")
     table: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     misses: list[str] = []
     scores: list[tuple[str, str, float]] = []
@@ -59,16 +64,17 @@ def injection(show_misses: bool) -> None:
             sig = [s for f in verdict.findings for s in f.signals]
             misses.append(f"{row['id']} {row['label']}/{row['category']} {row['split']} "
                           f"{sig}: {text[:160]!r}")  # fmt: skip
-        found = detect_injection(text, cp)  # type: ignore[arg-type]
+        found = detect_injection(text, cp, classifier=learned)  # type: ignore[arg-type]
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
-    print(f"{'label':7} {'category':18} {'dev':>14} {'holdout':>14} {'all':>14}")
+    print(f"{'label':7} {'category':18} {'dev':>14} {'holdout':>14} {'ext':>14} {'ext2':>14} "
+          f"{'all':>14}")
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})
         print(f"-- {title}")
         for cat in cats:
             cells = []
-            for split in ("dev", "holdout", "all"):
+            for split in ("dev", "holdout", "ext", "ext2", "all"):
                 hit, n = table[(label, cat, split)]
                 cells.append(f"{hit:3d}/{n:3d} {100 * hit / n:5.1f}%" if n else f"{'-':>14}")
             print(f"{label:7} {cat:18} " + " ".join(f"{c:>14}" for c in cells))
@@ -143,10 +149,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--heuristics-only", action="store_true",
+                        help="without the learned layer (to compare)")
+    parser.add_argument("--only", choices=("injection", "pii", "latency"), default=None)
     args = parser.parse_args()
-    injection(args.show_misses)
-    pii(args.show_misses)
-    latency(args.rounds)
+    if args.heuristics_only:
+        guardrails_config.shared_classifier = lambda: None  # type: ignore[assignment,return-value]
+    if args.only in (None, "injection"):
+        injection(args.show_misses)
+    if args.only in (None, "pii"):
+        pii(args.show_misses)
+    if args.only in (None, "latency"):
+        latency(args.rounds)
     print("load:", Path("/proc/loadavg").read_text().strip())
 
 

@@ -6,7 +6,7 @@ describes the semantics and the measured quality.
 """
 
 from nanocrab.guardrails.alignment import Alignment, check_alignment
-from nanocrab.guardrails.chain import check, placeholder_key
+from nanocrab.guardrails.chain import check, placeholder_key, prescreen
 from nanocrab.guardrails.config import (
     GuardrailsConfig,
     GuardrailsError,
@@ -20,6 +20,7 @@ from nanocrab.guardrails.model import (
     CheckContext,
     Checkpoint,
     Finding,
+    Judgement,
     ToolCallView,
     Verdict,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Finding",
     "GuardrailsConfig",
     "GuardrailsError",
+    "Judgement",
     "ToolCallView",
     "Verdict",
     "check",
@@ -41,4 +43,5 @@ __all__ = [
     "load_guardrails",
     "parse_guardrails",
     "placeholder_key",
+    "prescreen",
 ]

@@ -133,3 +133,17 @@ def _redact(text: str, spans: list[Finding], table_in: Mapping[str, str], salt: 
         pos = end
     out.append(text[pos:])
     return "".join(out), table, len(merged)
+
+
+def prescreen(chain: GuardrailsConfig, checkpoint: Checkpoint, text: str,
+              context: CheckContext = _EMPTY) -> bool:  # fmt: skip
+    """Whether ``text`` is certainly clean at ``checkpoint``: no filter of ``chain`` fires with
+    the detectors' fast layers, and no slow layer (the classifier, the model-based alignment
+    check) would have been consulted. ``True`` means :func:`check` with the same inputs
+    returns ``allow`` with no finding; ``False`` means "ask the full check" (not "unsafe").
+
+    What for: the orchestrator moves a run on without waiting for the guardrails handler's
+    verdict on a text it pre-screened clean (the verdict is still recorded, after the fact).
+    """
+    verdict = check(chain, checkpoint, text, replace(context, fast=True))
+    return not verdict.fired

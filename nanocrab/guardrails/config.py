@@ -11,6 +11,9 @@ Format (unknown keys are an error)::
         detector: pii                # pii|secrets|injection|deny_list|allow_list|alignment
         entities: [email, phone, card, iban, national_id, ip]   # pii only (default: all)
         region: US                   # pii only: country assumed for numbers without '+'
+        classifier: true             # injection only: the learned layer backs the heuristics
+        llm: true                    # alignment only: ask Claude too when a key is set
+        on_llm_error: offline        # alignment only: offline (rules alone) | fire (fail closed)
         threshold: 0.6               # a finding counts when its score >= threshold (0..1)
         action: redact               # allow | alert | redact | require_approval | block
         alert: false                 # also raise an alert when this filter fires
@@ -53,7 +56,8 @@ from pydantic import (
 )
 
 from nanocrab.guardrails.alignment import check_alignment
-from nanocrab.guardrails.injection import detect_injection
+from nanocrab.guardrails.classifier import shared_classifier
+from nanocrab.guardrails.injection import detect_injection, needs_classifier
 from nanocrab.guardrails.lists import CompiledList
 from nanocrab.guardrails.model import Action, CheckContext, Checkpoint, Finding
 from nanocrab.guardrails.pii import ENTITIES, Entity, detect_pii
@@ -150,12 +154,21 @@ class SecretsFilter(_Filter):
 
 
 class InjectionFilter(_Filter):
-    """Prompt injection: :func:`nanocrab.guardrails.injection.detect_injection`."""
+    """Prompt injection: :func:`nanocrab.guardrails.injection.detect_injection`; with
+    ``classifier: true`` (the default) the learned layer
+    (:mod:`nanocrab.guardrails.classifier`) backs the heuristics where they are unsure."""
 
     detector: Literal["injection"]
+    classifier: bool = True
 
     def detect(self, text: str, checkpoint: Checkpoint, context: CheckContext) -> list[Finding]:
-        return detect_injection(text, checkpoint)
+        learned = shared_classifier() if self.classifier else None
+        if context.fast and learned is not None:
+            found = detect_injection(text, checkpoint, threshold=self.threshold)
+            if needs_classifier(text, checkpoint, found, self.threshold):
+                return [Finding("injection", "UNSURE", "needs_classifier", 0, len(text), 1.0)]
+            return found
+        return detect_injection(text, checkpoint, classifier=learned, threshold=self.threshold)
 
 
 class _ListFilter(_Filter):
@@ -221,6 +234,8 @@ class AlignmentFilter(_Filter):
     the call in ``context.tool_call`` against ``context.task`` and ``context.untrusted``."""
 
     detector: Literal["alignment"]
+    llm: bool = True
+    on_llm_error: Literal["offline", "fire"] = "offline"
 
     @model_validator(mode="after")
     def _only_tool_calls(self) -> AlignmentFilter:
@@ -229,15 +244,43 @@ class AlignmentFilter(_Filter):
         return self
 
     def detect(self, text: str, checkpoint: Checkpoint, context: CheckContext) -> list[Finding]:
+        """The offline rules, joined by the model's judgement when there is one (``llm``):
+        misaligned adds ``0.6 + 0.35 * confidence`` as independent evidence; aligned halves
+        the rules' score unless a secret leaves (``secret_out`` is never waived); no answer
+        (``error``): ``on_llm_error: offline`` keeps the rules' score (the default, as without
+        a key), ``fire`` fails closed (score 1, the filter's action applies)."""
         call = context.tool_call
         if call is None:
             return []
         result = check_alignment(context.task or "", call.tool, call.arguments, context.untrusted)
-        if not result.reasons:
+        score, reasons = result.score, list(result.reasons)
+        if context.fast and self.llm and context.untrusted:
+            # the model-based check may be asked about this call: only the handler knows
+            return [Finding("alignment", "UNSURE", "needs_judge", 0, len(text), 1.0)]
+        judged = context.judgement if self.llm else None
+        kind = reasons[0].split(":", 1)[0] if reasons else ""
+        if judged is not None and judged.aligned is False:
+            weight = 0.6 + 0.35 * judged.confidence
+            score = round(1.0 - (1.0 - score) * (1.0 - weight), 4)
+            reasons.insert(0, f"llm_misaligned: {judged.model}: {judged.reason}")
+            kind = "llm_misaligned"
+        elif judged is not None and judged.aligned is True:
+            if not any(r.startswith("secret_out") for r in reasons):
+                score = round(score * 0.5, 4)
+            reasons.append(f"llm_aligned: {judged.model}")
+        elif judged is not None:
+            reasons.append(f"llm_error: {judged.error}")
+            if self.on_llm_error == "fire":
+                score, kind = 1.0, "llm_unavailable"
+        if not reasons or score <= 0.0:
             return []
-        kind = result.reasons[0].split(":", 1)[0]
-        return [Finding("alignment", "MISALIGNED", kind, 0, len(text), result.score,
-                        signals=result.reasons)]  # fmt: skip
+        return [Finding("alignment", "MISALIGNED", kind or "llm", 0, len(text), score,
+                        signals=tuple(reasons))]  # fmt: skip
+
+    @property
+    def wants_judge(self) -> bool:
+        """Whether the handler should ask the model-based check for this filter's calls."""
+        return self.llm
 
 
 Filter = Annotated[

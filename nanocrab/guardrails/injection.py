@@ -10,7 +10,15 @@ How a text is scored (rules and weights in :mod:`nanocrab.guardrails.injection_r
    ``encoded`` signal, since hiding an instruction is itself suspicious;
 3. per family keep the strongest match, lowered when the match looks like a *mention* (quoted
    and surrounded by words about injection, as in documentation or a detector's own code);
-4. combine families as independent evidence: ``score = 1 - Π(1 - w)``.
+4. combine families as independent evidence: ``score = 1 - Π(1 - w)``;
+5. when a classifier is given and the heuristic score is still below the filter's threshold
+   (at ``task_input`` and ``tool_output``), the learned head
+   (:mod:`nanocrab.guardrails.classifier`) reads a few windows of the text and its probability
+   joins as one more family, ``learned`` (weight ``0.6`` at ``p >= P_STRONG``, enough alone;
+   ``0.3`` at ``p >= P_WEAK``, enough with some heuristic evidence; halved when words about
+   injection surround the window, as the rules' weights are). In a user's task it counts only
+   at ``p >= P_TASK`` with an override or secret word in the window: asking the assistant to
+   act is what tasks do (as the rules, which ignore action requests there).
 
 The checkpoint matters: in a user's task, requests for consequential actions ("transfer $500
 to ...") are the user's own and do not count; in a tool's output they are the typical
@@ -24,6 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nanocrab.guardrails.classifier import InjectionClassifier, windows
 from nanocrab.guardrails.injection_rules import (
     ANCHOR_AUTOMATON,
     COMPILED,
@@ -56,6 +65,12 @@ _REVERSE_HINT = re.compile(r"\b(?:backwards?|reversed?|in reverse|right to left)
 _OPEN_SINGLE = re.compile(r"(?:^|[\s(:=\[])'[^']*$")
 _QUOTES = ("\"", "`", "“", "”", "«", "»")
 _ENCODED_WEIGHT = 0.3
+# the learned head's probability -> family weight (tuned on the training set's own validation
+# split and checked on the dev set; see bench/guardrails_train.py and docs/guardrails.md)
+P_STRONG = 0.9
+P_WEAK = 0.6
+P_TASK = 0.9  # in a user's task (see below)
+_LEARNED_AT: frozenset[Checkpoint] = frozenset({"task_input", "tool_output"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +167,15 @@ def _combine(weights: list[float]) -> float:
     return round(1.0 - remaining, 4)
 
 
-def detect_injection(text: str, checkpoint: Checkpoint = "tool_output") -> list[Finding]:
+def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
+                     classifier: InjectionClassifier | None = None,
+                     threshold: float = 1.0) -> list[Finding]:  # fmt: skip
     """At most one ``INJECTION`` finding for ``text``: its span is the strongest evidence, its
-    score the combined evidence, its ``signals`` the ``family:rule`` names that contributed."""
+    score the combined evidence, its ``signals`` the ``family:rule`` names that contributed.
+
+    ``classifier``: the learned layer, consulted at ``task_input`` / ``tool_output`` only while
+    the heuristic score is below ``threshold`` (a text already over it needs no second opinion,
+    and the classifier costs ~12 ms per window)."""
     if not text.strip():
         return []
     ignored = _IGNORED_AT[checkpoint]
@@ -190,9 +211,55 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output") -> list[
     if encoded:
         weights["encoded"] = _ENCODED_WEIGHT
         signals.append("encoded")
+    if classifier is not None and checkpoint in _LEARNED_AT and (
+        not weights or _combine(list(weights.values())) < threshold
+    ):
+        learned = _learned(classifier, norm.text, top)
+        if learned is not None:
+            p, (lo, hi) = learned
+            weight = 0.6 if p >= P_STRONG else 0.3 if p >= P_WEAK else 0.0
+            if checkpoint == "task_input" and p < P_TASK:
+                weight = 0.0  # a user's task is imperative by nature: only overrides count
+            if weight and MENTION_CUES.search(norm.text, max(0, lo - 200), hi + 200):
+                weight /= 2  # a text about injection: the classifier cannot tell use from mention
+            if weight:
+                weights["learned"] = weight
+                signals.append(f"learned:p={p:.2f}")
+                if span is None or weight > max(weights.values(), default=0.0) - 1e-9:
+                    span = norm.span(lo, hi)
     if not weights or span is None:
         return []
     score = _combine(list(weights.values()))
     top_family = max(weights, key=lambda f: weights[f])
     return [Finding("injection", "INJECTION", top_family, span[0], span[1], score,
                     signals=tuple(signals))]  # fmt: skip
+
+
+def _learned(classifier: InjectionClassifier, norm_text: str, top: _Match | None,
+             ) -> tuple[float, tuple[int, int]] | None:  # fmt: skip
+    """The classifier's best probability over the text's windows (plus the window around the
+    strongest heuristic match, when there is one) and that window's span in ``norm_text``."""
+    picked = windows(norm_text)
+    if top is not None and len(norm_text) > len(picked[0] if picked else ""):
+        lo = max(0, top.start - 120)
+        around = norm_text[lo : top.end + 120]
+        if around not in picked:
+            picked = [around, *picked[:1]]
+    result = classifier.score(picked)
+    if result is None:
+        return None
+    p, best = result
+    lo = max(norm_text.find(picked[best]), 0)
+    return p, (lo, min(lo + len(picked[best]), len(norm_text)))
+
+
+def needs_classifier(text: str, checkpoint: Checkpoint, found: list[Finding],
+                     threshold: float) -> bool:  # fmt: skip
+    """Whether :func:`detect_injection` with a classifier would consult it on ``text``, given
+    the heuristics' ``found`` (a pre-screen cannot vouch for a text the classifier reads)."""
+    if checkpoint not in _LEARNED_AT or not text.strip():
+        return False
+    if found and found[0].score >= threshold:
+        return False
+    norm = normalize(text)
+    return bool(windows(norm.text)) or bool(found)

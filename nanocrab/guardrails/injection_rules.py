@@ -100,7 +100,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("roleplay", "pretend", 0.4,
      r"\b(?:pretend|imagine|suppose) (?:to be|you are|you're|that you (?:are|have)|you have no)\b|\b(?:act|behave|respond|answer) (?:as if you|like you) (?:are|were|have)\b|\b(?:role-?play(?:ing)? as|let'?s (?:role-?play|pretend|play a game)|play the role of)\b|\bact as (?:an?|my|the) (?!interface|proxy|bridge|cache|wrapper|layer|reference|replacement|gateway|server|client)\w+"),  # noqa: E501
     ("roleplay", "jailbreak_names", 0.6,
-     r"\b(?:dan|stan|dude|aim|evil ?bot|jailbr(?:eak|oken)|do anything now|developer mode (?:enabled|output)|unfiltered (?:ai|mode|response)|uncensored (?:ai|mode|response)|opposite mode|anti-?gpt|betterdan|chaos mode)\b"),  # noqa: E501
+     r"\b(?:you are|you're|you will be|act as|pretend to be|called|named|play|as|hi|hello|hey) (?:dan|stan|dude|aim)\b|\b(?:dan|stan|dude|aim)(?: mode| persona| jailbreak|,? (?:which|who) stands for| \()|\b(?:evil ?bot|jailbr(?:eak|oken)|do anything now|developer mode (?:enabled|output)|unfiltered (?:ai|mode|response)|uncensored (?:ai|mode|response)|opposite mode|anti-?gpt|betterdan|chaos mode)\b"),  # noqa: E501
     ("roleplay", "no_rules", 0.5,
      r"\b(?:no |without (?:any )?|free (?:from|of) (?:all |any )?|not bound by (?:any )?|freed from (?:the )?typical )(?:ethical |moral |content |safety )?(?:restrictions|limitations|limits|filters|censorship|guidelines|rules|boundaries|constraints|confines)\b.{0,60}\b(?:you\w*|ai|assistant|model|respond|answer|can|it|he|she|they|character|villain)\b|\b(?:you|ai|assistant|model) (?:can|will|must) (?:do|say) anything\b"),  # noqa: E501
     ("roleplay", "you_have_no_rules", 0.55,

@@ -57,6 +57,20 @@ class ToolCallView:
 
 
 @dataclass(frozen=True, slots=True)
+class Judgement:
+    """A model-based alignment check's answer on one tool call
+    (:mod:`nanocrab.guardrails.alignment_llm`): ``aligned`` (``None`` when it could not
+    answer — ``error`` says why), its ``confidence`` in [0, 1], a one-line ``reason`` and the
+    ``model`` that answered."""
+
+    aligned: bool | None
+    confidence: float = 0.0
+    reason: str = ""
+    model: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CheckContext:
     """What the chain may know besides the text. All optional; filters scoped by tool or agent
     do not match when the context does not name one.
@@ -65,7 +79,12 @@ class CheckContext:
     the task (alignment); ``tool_call``: the call at the ``tool_call`` checkpoint;
     ``placeholders``: the run's placeholder table so far (see :func:`placeholder_key`), so that
     one value keeps one placeholder across checks of a run; ``salt``: mixed into the table's
-    hashed keys (the run id, say), so a short value cannot be recovered by hashing guesses.
+    hashed keys (the run id, say), so a short value cannot be recovered by hashing guesses;
+    ``judgement``: the model-based alignment check's answer on ``tool_call`` (the handler asks
+    before running the chain, when a judge is configured and untrusted output was read);
+    ``fast``: a pre-screen (:func:`nanocrab.guardrails.chain.prescreen`): detectors skip their
+    slow layers (the learned classifier, the model-based alignment check) and report
+    ``UNSURE`` where those layers would have been consulted.
     """
 
     tool: str | None = None
@@ -75,6 +94,8 @@ class CheckContext:
     tool_call: ToolCallView | None = None
     placeholders: Mapping[str, str] = field(default_factory=dict)
     salt: str = ""
+    judgement: Judgement | None = None
+    fast: bool = False
 
 
 @dataclass(frozen=True, slots=True)

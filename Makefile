@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: install run test lint bench clean
+.PHONY: install browser run test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## Debian's chromium for the web view's browser test (tests/test_web.py; Playwright drives it,
+## it downloads no browser). Installed only where it is missing; needs root or sudo.
+browser:
+	command -v chromium >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium \
+	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium; }
+
 ## The main job: an agent fixes a small project in a temporary workspace on the embedded
 ## nats-server (offline model without ANTHROPIC_API_KEY), then its timeline and token usage.
 run: install
@@ -23,7 +29,7 @@ run: install
 
 ## Lint, type-check (mypy --strict on nanocrab/), then the whole suite against a real
 ## nats-server (from the wheel), SQLite and PostgreSQL.
-test: install
+test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q

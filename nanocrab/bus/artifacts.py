@@ -6,6 +6,7 @@ import hashlib
 
 import nats.errors
 from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig
 from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -21,7 +22,10 @@ async def ensure_bucket(js: JetStreamContext, cfg: BusConfig) -> None:
     try:
         await js.object_store(artifact_bucket(cfg))
     except (BucketNotFoundError, NotFoundError):
-        await js.create_object_store(artifact_bucket(cfg))
+        # as many copies as the streams: an artifact outlives a node like its event does
+        await js.create_object_store(
+            artifact_bucket(cfg), config=ObjectStoreConfig(replicas=cfg.replicas)
+        )
 
 
 class JetStreamArtifacts:

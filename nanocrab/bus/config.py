@@ -32,6 +32,13 @@ class BusConfig(BaseModel):
     log_max_bytes: int = -1
     """-1 is unlimited; with a limit the log refuses new events when full (discard-new)."""
     replicas: int = Field(default=1, ge=1, le=5)
+    """Copies of every stream and of the artifact bucket: 1 on the embedded server, 3 on a
+    three-node cluster (``NANOCRAB_STREAM_REPLICAS``), so a stream survives losing a node."""
+    placement_cluster: str | None = None
+    """Place the streams in this NATS cluster (``NANOCRAB_STREAM_PLACEMENT=cluster[:tag,…]``);
+    ``None``: wherever the server puts them."""
+    placement_tags: tuple[str, ...] = ()
+    """Server tags every replica's node must carry (``server_tags`` in its config)."""
     storage: Literal["file", "memory"] = "file"
     ephemeral_ttl_s: float = 3600.0
     ephemeral_max_age_s: float = 24 * 3600.0

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, Placement, StorageType, StreamConfig, StreamInfo
 from nats.js.errors import NotFoundError
 
 from nanocrab.bus.config import BusConfig
@@ -111,7 +111,7 @@ async def connect(
 
     attempt = asyncio.ensure_future(
         nats.connect(
-            url,
+            [u.strip() for u in url.split(",") if u.strip()],  # a cluster: every node's URL
             name=name,
             user=user,
             password=password,
@@ -184,6 +184,13 @@ def refusals_of(nc: NATS) -> Refusals:
     return rec
 
 
+def placement_of(cfg: BusConfig) -> Placement | None:
+    """Where the streams' replicas go (``None``: the server chooses)."""
+    if cfg.placement_cluster is None and not cfg.placement_tags:
+        return None
+    return Placement(cluster=cfg.placement_cluster, tags=list(cfg.placement_tags) or None)
+
+
 def stream_configs(cfg: BusConfig) -> tuple[StreamConfig, StreamConfig]:
     """The durable log (history is never silently lost) and the short-lived ephemeral stream."""
     storage = StorageType.FILE if cfg.storage == "file" else StorageType.MEMORY
@@ -193,6 +200,7 @@ def stream_configs(cfg: BusConfig) -> tuple[StreamConfig, StreamConfig]:
         subjects=[f"{cfg.root}.>"],
         storage=storage,
         num_replicas=cfg.replicas,
+        placement=placement_of(cfg),
         discard=DiscardPolicy.NEW,
         max_bytes=cfg.log_max_bytes,
         max_msg_size=cfg.max_msg_bytes,
@@ -207,6 +215,7 @@ def stream_configs(cfg: BusConfig) -> tuple[StreamConfig, StreamConfig]:
         subjects=[f"{cfg.ephemeral_root}.>"],
         storage=storage,
         num_replicas=cfg.replicas,
+        placement=placement_of(cfg),
         discard=DiscardPolicy.OLD,
         max_age=cfg.ephemeral_max_age_s,
         max_msg_size=cfg.max_msg_bytes,
@@ -217,12 +226,28 @@ def stream_configs(cfg: BusConfig) -> tuple[StreamConfig, StreamConfig]:
     return log_stream, eph_stream
 
 
+async def stream_info(js: JetStreamContext, name: str, *, patience_s: float = 20.0) -> StreamInfo:
+    """The stream's info, waiting out a leader election: on a cluster that just lost the
+    stream's leader, requests time out until the survivors elect one (seconds). Raises
+    :class:`BusError` when none answers within ``patience_s`` (the quorum is lost)."""
+    deadline = asyncio.get_running_loop().time() + patience_s
+    while True:
+        try:
+            return await js.stream_info(name)
+        except nats.errors.TimeoutError as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise BusError(
+                    f"stream {name} did not answer within {patience_s:.0f}s: no leader (has "
+                    "the cluster lost its quorum? docs/scaling.md)"
+                ) from exc
+
+
 async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> None:
     """Create the streams, or bring an existing stream's settings in line (idempotent)."""
     for sc in stream_configs(cfg):
         try:
             assert sc.name is not None  # stream_configs names every stream
-            await js.stream_info(sc.name)
+            await stream_info(js, sc.name)
         except NotFoundError:
             await js.add_stream(sc)
         else:

@@ -18,6 +18,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
 
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import RawMessage
@@ -28,10 +29,14 @@ _encoder = msgspec.json.Encoder()
 class DirectReader:
     """One wildcard inbox for all batched direct gets on a connection."""
 
-    def __init__(self, nc: NATS, stream: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, nc: NATS, stream: str, *, timeout_s: float = 5.0, leader_only: bool = False
+    ) -> None:
         self.nc = nc
         self.stream = stream
         self.timeout_s = timeout_s
+        self.leader_only = leader_only
+        """Read through the stream leader (a replicated stream: replicas may lag)."""
         self.prefix = nc.new_inbox()
         self._ids = itertools.count(1)
         self._queues: dict[str, asyncio.Queue[Msg]] = {}
@@ -65,6 +70,8 @@ class DirectReader:
             seq = page[-1].seq + 1
 
     async def _page(self, scope: str, seq: int, batch: int) -> tuple[list[RawMessage], int]:
+        if self.leader_only:
+            return await self._leader_page(scope, seq, batch)
         token = str(next(self._ids))
         queue: asyncio.Queue[Msg] = asyncio.Queue()
         self._queues[token] = queue
@@ -102,3 +109,28 @@ class DirectReader:
             raise BusError(f"direct get on {self.stream} failed: {exc!r}") from exc
         finally:
             del self._queues[token]
+
+    async def _leader_page(
+        self, scope: str, seq: int, batch: int
+    ) -> tuple[list[RawMessage], int]:
+        """Up to ``batch`` messages from ``seq`` on, each asked of the stream leader."""
+        js = self.nc.jetstream(timeout=self.timeout_s)
+        page: list[RawMessage] = []
+        try:
+            while len(page) < batch:
+                msg = await js.get_msg(self.stream, seq=seq, subject=scope, next=True)
+                at = int(msg.seq or seq)
+                page.append(
+                    RawMessage(
+                        seq=at,
+                        subject=msg.subject or "",
+                        data=msg.data or b"",
+                        headers=dict(msg.headers or {}),
+                    )
+                )
+                seq = at + 1
+        except NotFoundError:
+            return page, 0
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise BusError(f"message get on {self.stream} failed: {exc!r}") from exc
+        return page, 1

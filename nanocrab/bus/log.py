@@ -167,6 +167,9 @@ class EventLog:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=cfg.append_timeout_s)
         self.cfg = cfg
+        self.direct = cfg.replicas == 1
+        """Reads by direct get (any replica answers); on a replicated log, through the leader:
+        a follower may not hold a message just written (bus/direct.py)."""
         self.codec = codec or Codec(max_bytes=cfg.max_event_bytes)
         self.subjects = Subjects(cfg.root, cfg.ephemeral_root)
         self._acks: _AckCollector | None = None
@@ -292,7 +295,7 @@ class EventLog:
         for _ in range(limit):
             try:
                 msg = await self.js.get_msg(
-                    self.cfg.log_stream, seq=seq, subject=scope, next=True, direct=True
+                    self.cfg.log_stream, seq=seq, subject=scope, next=True, direct=self.direct
                 )
             except NotFoundError:
                 return None
@@ -304,14 +307,14 @@ class EventLog:
     async def last_seq(self, scope: str) -> int:
         """The sequence of the newest event on ``scope`` (wildcards allowed), 0 when none."""
         try:
-            msg = await self.js.get_last_msg(self.cfg.log_stream, scope, direct=True)
+            msg = await self.js.get_last_msg(self.cfg.log_stream, scope, direct=self.direct)
         except NotFoundError:
             return 0
         return int(msg.seq or 0)
 
     async def get(self, seq: int, *, stream: str | None = None) -> RawMessage:
         """The raw message at ``seq``; its bytes become an event through :meth:`decode`."""
-        msg = await self.js.get_msg(stream or self.cfg.log_stream, seq, direct=True)
+        msg = await self.js.get_msg(stream or self.cfg.log_stream, seq, direct=self.direct)
         return RawMessage(
             seq=int(msg.seq or seq),
             subject=msg.subject or "",

@@ -124,6 +124,14 @@ async def append_reaction(
     if reaction.expect is not None:
         try:
             appended = await log_.append(events[0], expect=reaction.expect)
+            while appended.duplicate and await _taken(log_, appended):
+                # A decision re-made after part of it landed (an append failed in between: a
+                # cluster electing a stream leader) holds only what is missing, so its ordinals
+                # restart at 0 and its first event got the id of one already stored — another
+                # event, on another subject; JetStream took it for a copy. Shift past it.
+                first += 1
+                events = stamp(handler, cause, reaction.events, first=first)
+                appended = await log_.append(events[0], expect=reaction.expect)
             if reaction.chained:
                 await append_chained(log_, appended, events[1:], reaction.expect.scope)
                 return True
@@ -132,6 +140,11 @@ async def append_reaction(
         events = events[1:]
     await log_.append_batch(events)
     return True
+
+
+async def _taken(log_: EventLog, appended: Appended) -> bool:
+    """Whether a duplicate append's id belongs to another event (stored on another subject)."""
+    return (await log_.get(appended.seq)).subject != appended.subject
 
 
 async def append_chained(

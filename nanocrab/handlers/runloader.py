@@ -44,8 +44,9 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from nanocrab.bus import EventLog, sanitize_token, stamp
+from nanocrab.bus import EventLog, TransientError, sanitize_token, stamp
 from nanocrab.bus.direct import DirectReader
+from nanocrab.bus.log import RawMessage
 from nanocrab.bus.placement import Misplaced
 from nanocrab.bus.reactor import handling
 from nanocrab.events import Event, EventDecodeError, SecurityRejected, derive_event_id
@@ -69,6 +70,9 @@ burst of a thousand tasks does not thrash it; a few tens of MB at most (bench/so
 
 PREFETCHES = 32
 """New runs' reads the feed starts on its own at once; beyond, the loaders read on demand."""
+
+_BEHIND_BACKOFF_S = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+"""Waits between re-reads of a run a lagging replica answered short (about 2 s in all)."""
 
 Entry = tuple[int, Event | None, str | None]
 """A stored event of a run: ``(seq, event, None)`` to fold, ``(seq, event, reason)`` for one not
@@ -112,13 +116,15 @@ class RunFeed:
     ) -> None:
         self.log = log
         self.loop = asyncio.get_running_loop()
-        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+        self.reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
         self.capacity = capacity
         self.wait_s = wait_s
         self.position = 0
         self.live = False
         self.reads = 0
         """Direct reads so far (a measure of how often the feed could not answer)."""
+        self.stale_reads = 0
+        """Direct reads a replica answered short of an event known to be stored (re-read)."""
         self._runs: OrderedDict[str, _RunLog] = OrderedDict()
         self._loading: dict[str, list[Entry]] = {}
         self._loaders: dict[str, int] = {}
@@ -183,7 +189,7 @@ class RunFeed:
             if loading is not None:
                 loading.append(entry)
         elif msg.subject.endswith(".task.submitted") and len(self._prefetching) < PREFETCHES:
-            self._prefetch(key)
+            self._prefetch(key, seq)
         self.position = max(self.position, seq)
         waiters = self._waiters
         while waiters and waiters[0][0] <= self.position:
@@ -199,11 +205,12 @@ class RunFeed:
         except EventDecodeError:
             return (seq, None, None)
 
-    def _prefetch(self, key: str) -> None:
-        """Start reading run ``key`` (a token: ``subjects.run`` of it is the run's scope)."""
+    def _prefetch(self, key: str, seq: int) -> None:
+        """Start reading run ``key`` (a token: ``subjects.run`` of it is the run's scope), whose
+        ``task.submitted`` is at ``seq``: the read must reach it."""
         if key in self._prefetching:
             return
-        task = asyncio.ensure_future(self._read(key, key, 0))
+        task = asyncio.ensure_future(self._read(key, key, 0, need=seq))
         self._prefetching[key] = task
         task.add_done_callback(lambda t: self._prefetched(key, t))
 
@@ -231,7 +238,7 @@ class RunFeed:
                 if run is not None:
                     self._runs.move_to_end(key)
                     return run.after(after)
-        return await self._read(run_id, key, after)
+        return await self._read(run_id, key, after, need=at or 0)
 
     async def _reach(self, seq: int) -> bool:
         """Wait (bounded) until the feed has delivered ``seq``; ``False`` when it did not."""
@@ -246,8 +253,10 @@ class RunFeed:
             self._stalled_at = self.position
             return False
 
-    async def _read(self, run_id: str, key: str, after: int) -> list[Entry]:
-        """Read what the feed does not hold of the run, and keep the run from then on."""
+    async def _read(self, run_id: str, key: str, after: int, *, need: int = 0) -> list[Entry]:
+        """Read what the feed does not hold of the run, and keep the run from then on. ``need``:
+        the stream sequence of an event of this run known to be stored (the one being handled,
+        or the task that started a prefetch); the read is not done before it reaches it."""
         epoch = self._epoch
         run = self._runs.get(key)
         start = run.seq if run is not None else 0
@@ -255,7 +264,7 @@ class RunFeed:
         self._loaders[key] = self._loaders.get(key, 0) + 1
         try:
             self.reads += 1
-            raws = await self.reader.after(self.log.subjects.run(run_id), start)
+            raws = await self._read_through(run_id, start, need)
         finally:
             self._loaders[key] -= 1
             if not self._loaders[key]:
@@ -263,8 +272,8 @@ class RunFeed:
                 del self._loading[key]
         read = [self._entry(raw.seq, raw.subject, raw.data) for raw in raws]
         if run is not None and self._runs.get(key) is not run:  # forgotten while reading
-            if start > after:
-                return await self._read(run_id, key, after)  # read it whole, from the start
+            if start > after:  # read it whole, from the start
+                return await self._read(run_id, key, after, need=need)
             return [e for e in read if e[0] > after]
         if run is None:
             if epoch != self._epoch:
@@ -279,6 +288,32 @@ class RunFeed:
             run.add(entry)
         self._runs.move_to_end(key)
         return run.after(after)
+
+    async def _read_through(self, run_id: str, start: int, need: int) -> list[RawMessage]:
+        """The run's stored messages after ``start``, reaching ``need``.
+
+        nats-server answers a direct get from any replica of a replicated stream (R3 on a
+        cluster), and a follower may not hold the newest messages yet: a read that stops short of
+        an event known to be stored before the read began is stale, not the end of the run (what the
+        feed buffers meanwhile does not fill the gap: events stored before the read began are in
+        neither). Read on with a short backoff;
+        if the replicas stay behind, a :class:`TransientError` has the delivery retried rather than
+        a decision taken on a run that lacks the event it decides on."""
+        scope = self.log.subjects.run(run_id)
+        raws = await self.reader.after(scope, start)
+        for delay in _BEHIND_BACKOFF_S:
+            last = raws[-1].seq if raws else start
+            if last >= need:
+                return raws
+            self.stale_reads += 1
+            await asyncio.sleep(delay)
+            raws += await self.reader.after(scope, last)
+        if (raws[-1].seq if raws else start) >= need:
+            return raws
+        raise TransientError(
+            f"the log's replicas have not caught up with run {run_id} at sequence {need} "
+            f"(direct reads stop at {raws[-1].seq if raws else start}); the event will be retried"
+        )
 
     async def close(self) -> None:
         for task in list(self._prefetching.values()):

@@ -17,7 +17,7 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import ns_to_iso_str
 from opentelemetry.trace import SpanContext
@@ -155,10 +155,11 @@ def configure_tracing(
     if exporter == "none":
         return None
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    processor: SpanProcessor
     if exporter == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        processor = BatchSpanProcessor(OTLPSpanExporter())
     else:
         out = console_out
         if out is None and console_path is not None:
@@ -166,10 +167,19 @@ def configure_tracing(
             out = console_path.open("a", encoding="utf-8")
         # small batches: the export thread takes the GIL from the event loop for ~1 ms at a
         # time, not for one long write of 512 spans (which showed in the loop's p99)
-        provider.add_span_processor(
-            BatchSpanProcessor(
-                json_lines_exporter(out), max_export_batch_size=64, schedule_delay_millis=500
-            )
+        processor = BatchSpanProcessor(
+            json_lines_exporter(out), max_export_batch_size=64, schedule_delay_millis=500
         )
+    provider.add_span_processor(processor)
+    _processors.append(processor)
     trace.set_tracer_provider(provider)
     return provider
+
+
+_processors: list[SpanProcessor] = []
+
+
+def span_processors() -> list[SpanProcessor]:
+    """The processors :func:`configure_tracing` installed: spans built elsewhere (the GenAI
+    spans of ``nanocrab/observe``) are handed to them, so they land beside the handlers'."""
+    return list(_processors)

@@ -1,6 +1,9 @@
 """What a model call cost, in US dollars, from the token counts the provider reported.
 
-Prices are USD per million tokens from Anthropic's public price list (checked late 2025). The
+Prices are USD per million tokens from Anthropic's public price list (checked again 2026-11:
+Opus 4.5/4.6 $5/$25, Sonnet 4.x $3/$15, Haiku 4.5 $1/$5 — all matched by the family prefixes
+below; Sonnet 5's launch rate was reported lower, introductory, by third parties only, so it
+is priced at the Sonnet family rate until the official list says otherwise). The
 Messages API reports ``input_tokens`` *excluding* cached tokens, so the four counts are priced
 separately and simply added. Not modelled: the 1-hour cache-write rate (all cache writes are
 priced at the 5-minute rate, 1.25x input), the long-context premium some models charge above

@@ -22,7 +22,7 @@ from nanocrab.events import (
     new_event_id,
 )
 from nanocrab.handlers.executor import Executor
-from nanocrab.handlers.guardrails import Chain, GuardrailsHandler
+from nanocrab.handlers.guardrails import Chain, GuardrailsHandler, Prescreener
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
@@ -70,6 +70,7 @@ def agent_reactors(
     rules: Policy = OPEN_POLICY,
     keys: KeyRing | None = None,
     guardrails: Chain | None = None,
+    prescreen: bool = False,
 ) -> list[Reactor]:
     reg = registry()
     keys = keys or KeyRing(workspace.parent / f"{workspace.name}-keys")
@@ -77,15 +78,17 @@ def agent_reactors(
 
     history = SessionIndex(log, snapshot=partial(session_snapshot, engine))
 
+    screener = Prescreener(guardrails) if prescreen and guardrails is not None else None
     reactors: list[Reactor] = [
         Orchestrator(
             log, name=n, trust=signed_by(policy_keys),
             guarded=guardrails.guarded() if guardrails is not None else frozenset(),
+            prescreen=screener,
         )
         for n in orchestrators
     ]  # fmt: skip
     if guardrails is not None and guardrails.guarded():
-        reactors.append(GuardrailsHandler(log, chain=guardrails))
+        reactors.append(GuardrailsHandler(log, chain=guardrails, prescreen=screener))
     if policy:
         reactors.append(
             PolicyHandler(
@@ -102,7 +105,7 @@ def agent_reactors(
                  trusted_approvers=trusted_approvers(rules, keys)),
         LlmHandler(log, provider=provider, registry=reg, default_workspace=workspace,
                    skills=SkillLibrary.discover([bundled_skills_dir()]), history=history,
-                   backoff_s=0.01, backoff_max_s=0.05),
+                   backoff_s=0.01, backoff_max_s=0.05, prescreen=screener),
     ]  # fmt: skip
     return reactors
 

@@ -166,7 +166,7 @@ async def test_two_runs_with_the_same_call_id_keep_their_own_rows(
     contents = await table_contents(engine)
     assert {k: len(v) for k, v in contents.items() if k != "audit_applied_events"} == {
         "audit_invocations": 2, "audit_approvals": 2, "audit_violations": 1,
-        "audit_revocations": 1,
+        "audit_revocations": 1, "audit_budgets": 0,
     }  # fmt: skip
     rebuilt = Projector(log, engine, AuditProjection(), batch_size=3, catch_up_batch_size=3)
     assert await rebuilt.rebuild() == len(events)
@@ -234,6 +234,8 @@ def schema_before() -> MetaData:
             "audit_revocations": "grant_id", "audit_violations": "id",
             "audit_applied_events": "event_id"}  # fmt: skip
     for table in AuditProjection.tables:
+        if table.name not in keys:
+            continue  # a table added since (audit_budgets): the rebuild creates it
         dropped = {"approval_run_id"} | ({"run_id"} if table.name == "audit_revocations" else set())
         Table(
             table.name,

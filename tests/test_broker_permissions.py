@@ -99,9 +99,12 @@ def test_the_auth_block_gives_each_identity_its_key_and_only_its_families() -> N
         wildcard = f'"nanocrab.*.*.*.{family}.*"'
         holders = {i for i, body in allowed.items() if subject in body or wildcard in body}
         assert holders == {i for i in IDENTITIES if i != ADMIN and may_publish(i, event_type)}
-    for verdict in ("guardrail.checked", "alert.raised"):
-        holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, verdict)}
-        assert holders == {"guardrails"}, f"only the guardrails may publish {verdict}"
+    holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "guardrail.checked")}
+    assert holders == {"guardrails"}, "only the guardrails may publish guardrail.checked"
+    holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "alert.raised")}
+    assert holders == {"guardrails", "reloader", "telemetry"}, (
+        "alerts: guardrails, the reloader's rollbacks, telemetry (budgets, dead letters, lag)"
+    )
     assert not any(may_publish("guardrails", t) for t in EVENT_TYPES
                    if not t.startswith(("guardrail.", "alert.", "bus."))), "verdicts only"  # fmt: skip
     grant_holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "grant.issued")}
@@ -374,7 +377,8 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
     )  # fmt: skip
     assert {r.name: r.log for r in reactors} == {n: logs(n) for n in ("orchestrator", "policy",
                                                                       "executor", "llm", "capgen",
-                                                                      "guardrails")}  # type: ignore[attr-defined]  # fmt: skip
+                                                                      "guardrails", "router",
+                                                                      "reloader", "telemetry")}  # type: ignore[attr-defined]  # fmt: skip
     host = Host(cli, sqlite_engine, reactors, options=FAST, log_for=logs)
     await host.start()
     try:

@@ -19,7 +19,8 @@ from nanocrab.cli.common import run_async
 HEAVY = (
     "sqlalchemy", "bashlex", "nats", "anthropic", "wasmtime", "opentelemetry", "jsonschema",
     "nanocrab.bus", "nanocrab.events", "nanocrab.projections", "nanocrab.policy",
-    "nanocrab.handlers", "nanocrab.llm", "nanocrab.sandbox",
+    "nanocrab.handlers", "nanocrab.llm", "nanocrab.sandbox", "fastapi", "uvicorn", "starlette",
+    "limits", "jinja2", "telegram",
 )  # fmt: skip
 
 
@@ -48,9 +49,16 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
         ["--help"],
         ["run", "--help"],
         ["audit", "--help"],
+        ["usage", "--help"],
         ["capabilities", "invoke", "--help"],
         ["security", "observer", "--help"],
         ["projections", "rebuild", "--help"],
+        ["gateway", "--help"],
+        ["gateway", "token", "create", "--help"],
+        ["config", "history", "--help"],
+        ["skills", "check", "--help"],
+        ["handler", "--help"],
+        ["cluster", "up", "--help"],
     ],
 )
 def test_help_loads_no_heavy_library(argv: list[str]) -> None:
@@ -71,9 +79,10 @@ def test_commands_are_listed_in_their_order() -> None:
     group = typer.main.get_command(app)
     assert isinstance(group, typer.core.TyperGroup)
     assert list(group.commands) == [
-        "approve", "deny", "audit", "approvals", "run", "demo", "rerun", "cancel", "say", "up",
-        "publish", "tail", "replay", "status", "dead-letters", "route", "projections",
-        "capabilities", "security", "guardrails",
+        "approve", "deny", "audit", "approvals", "usage", "run", "demo", "rerun", "cancel", "say", "up",
+        "publish", "tail", "replay", "status", "dead-letters", "route", "handler",
+        "projections", "capabilities", "gateway", "security", "guardrails", "config", "skills",
+        "cluster",
     ]  # fmt: skip
 
 

@@ -32,17 +32,22 @@ LLM: Final = "llm"
 PROJECTOR: Final = "projector"
 CLI: Final = "cli"
 APPROVER: Final = "approver"
+GATEWAY: Final = "gateway"
 CAPGEN: Final = "capgen"
 GUARDRAILS: Final = "guardrails"
 ROUTER: Final = "router"
+RELOADER: Final = "reloader"
+TELEMETRY: Final = "telemetry"
 OBSERVER: Final = "observer"
 """The role of every named observer; not itself an identity (see :func:`observer_allow`)."""
 
-HANDLER_IDENTITIES: Final = (ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN, GUARDRAILS, ROUTER)
+HANDLER_IDENTITIES: Final = (
+    ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN, GUARDRAILS, ROUTER, RELOADER, TELEMETRY,
+)  # fmt: skip
 """One per reactor of the agent loop; a reactor's ``name`` is its identity."""
 RUNTIME_IDENTITIES: Final = (*HANDLER_IDENTITIES, PROJECTOR)
 """What a process running the agent loop (``nanocrab up``, ``run`` in-process) connects as."""
-IDENTITIES: Final = (ADMIN, *RUNTIME_IDENTITIES, CLI, APPROVER)
+IDENTITIES: Final = (ADMIN, *RUNTIME_IDENTITIES, CLI, APPROVER, GATEWAY)
 
 _DEAD_LETTERS = ("bus.dead_lettered", "bus.malformed")
 
@@ -53,9 +58,10 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
         # call when the child run ends (handlers/orchestrator/decide.py)
         "tool.completed",
         "subagent.*", "reply.sent", "session.archived", "step.*", "plan.*",
-        "message.queued", *_DEAD_LETTERS,
+        "message.queued", "budget.exceeded", *_DEAD_LETTERS,
     ),
-    LLM: ("llm.*", "context.compacted", *_DEAD_LETTERS),
+    # memory.recalled: similar earlier tasks put into a run's first prompt (handlers/llm.py)
+    LLM: ("llm.*", "context.compacted", "memory.recalled", *_DEAD_LETTERS),
     POLICY: (
         "grant.*", "approval.requested", "approval.expired", "security.rejected", *_DEAD_LETTERS,
     ),
@@ -71,12 +77,23 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     GUARDRAILS: ("guardrail.*", "alert.*", *_DEAD_LETTERS),
     # the agent of a task that names none, the memories it recalls, /new's consolidation
     ROUTER: ("route.*", "memory.*", *_DEAD_LETTERS),
+    # configuration versions: proposals, verdicts, switches, and the alert of a rollback
+    RELOADER: (
+        "reload.proposed", "reload.rejected", "reload.activated", "reload.rolled_back",
+        "alert.raised", *_DEAD_LETTERS,
+    ),
+    # GenAI spans and metrics from the log; alerts on budget stops, dead letters, handler lag
+    TELEMETRY: ("alert.raised", *_DEAD_LETTERS),
     PROJECTOR: (),
     CLI: (
         "task.submitted", "message.queued", "run.cancelled", "capability.requested",
         "capability.enabled", "capability.disabled", "capability.removed", "capability.invoked",
+        "reload.requested",  # `nanocrab config activate|rollback`: the reloader decides
     ),
     APPROVER: ("approval.granted", "approval.denied"),
+    # the HTTP gateway and its channels, for authenticated people: submit, steer, cancel (their
+    # approval answers go out as ``approver``, signed with the approver key: nanocrab/gateway)
+    GATEWAY: ("task.submitted", "message.queued", "run.cancelled"),
 }  # fmt: skip
 """Event type patterns (``family.name`` or ``family.*``) each identity may append, on the log
 and on the ephemeral stream. ``admin`` may publish anything and is not listed."""
@@ -90,9 +107,13 @@ WHY: Final[Mapping[str, str]] = {
     CAPGEN: "generates capabilities, tests them in the sandbox and registers passing versions",
     GUARDRAILS: "checks tasks, tool output, tool calls and replies; records verdicts and alerts",
     ROUTER: "routes tasks to agents, recalls similar earlier work, consolidates sessions",
+    RELOADER: "snapshots, validates, activates and rolls back configuration versions",
+    TELEMETRY: "turns runs into GenAI spans and metrics; alerts on budgets, dead letters, lag",
     PROJECTOR: "builds read models; publishes nothing",
-    CLI: "people submitting work, steering and cancelling runs, managing capabilities",
+    CLI: "people submitting work, steering and cancelling runs, managing capabilities and "
+    "configuration versions",
     APPROVER: "approval front ends (`nanocrab approve/deny`, the prompt in `nanocrab run`)",
+    GATEWAY: "the HTTP gateway and chat channels: people's tasks, messages and cancels",
 }
 
 _READ_STREAMS: Final = (
@@ -199,9 +220,10 @@ def publish_allow(identity: str, cfg: BusConfig) -> list[str]:
     if identity not in MAY_PUBLISH:
         raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
     allow = [*READ_API, *event_subjects(MAY_PUBLISH[identity], cfg)]
-    if identity == EXECUTOR:
+    if identity in (EXECUTOR, RELOADER):
         # put = chunks and meta on $O.<bucket>.>; no purge: keys are content-addressed, an
-        # existing object is never written twice (bus/artifacts.py)
+        # existing object is never written twice (bus/artifacts.py); the reloader stores
+        # configuration snapshots there
         allow.append(f"$O.{artifact_bucket(cfg)}.>")
     return allow
 
@@ -254,6 +276,7 @@ __all__ = [
     "CAPGEN",
     "CLI",
     "EXECUTOR",
+    "GATEWAY",
     "GUARDRAILS",
     "HANDLER_IDENTITIES",
     "IDENTITIES",
@@ -265,8 +288,10 @@ __all__ = [
     "POLICY",
     "PROJECTOR",
     "READ_API",
+    "RELOADER",
     "ROUTER",
     "RUNTIME_IDENTITIES",
+    "TELEMETRY",
     "WHY",
     "artifact_bucket",
     "auth_config",

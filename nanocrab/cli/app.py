@@ -26,7 +26,17 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def up() -> None:
+def up(
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics on http://HOST:PORT/metrics (docs/observability.md)."
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="The address the metrics endpoint listens on.")
+    ] = "127.0.0.1",
+) -> None:
     """Run the embedded server (or use NANOCRAB_NATS_URL), every handler and every projector
     until Ctrl-C."""
     import asyncio
@@ -38,6 +48,13 @@ def up() -> None:
 
     settings = settings_or_exit()
     setup(settings, "nanocrab-up")
+    if metrics_port is not None or settings.traces == "otlp":
+        from nanocrab.observe import configure_telemetry
+
+        configure_telemetry(
+            "nanocrab-up", otlp_metrics=settings.traces == "otlp", metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )  # fmt: skip
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -49,14 +66,27 @@ def up() -> None:
             log, engine = bus.log, engine_for(settings.db_url)
             logs = await bus.open_runtime()  # each handler and the projectors as themselves
             reactors = build_reactors(
-                log, engine, settings, default_workspace=Path.cwd(), log_for=logs
-            )
+                log, engine, settings, default_workspace=Path.cwd(), log_for=logs,
+                memory_every_s=2.0,  # new memories embedded in the background
+            )  # fmt: skip
             # projectors in a process of their own: they take nothing from the handlers' loop
             host = Host(log, engine, reactors, log_for=logs, projectors_in="process")
             await host.start()
             marker.write()
             where = bus.server.url if bus.server else settings.nats_url
+            served = contextlib.AsyncExitStack()
+            if settings.gateway is not None:  # NANOCRAB_GATEWAY: the HTTP gateway, this process
+                from nanocrab.cli.gateway import gateway_app_for
+                from nanocrab.gateway.server import serving
+
+                web = await served.enter_async_context(gateway_app_for(settings, bus))
+                await served.enter_async_context(serving(web, *settings.gateway))
             console.print(f"[bold green]nanocrab up[/] on {where} · data in {settings.home}")
+            if settings.gateway is not None:
+                gw_host, gw_port = settings.gateway
+                console.print(f"  gateway and web view on http://{gw_host}:{gw_port}")
+            if metrics_port is not None:
+                console.print(f"  metrics on http://{metrics_host}:{metrics_port}/metrics")
             console.print(
                 f"  handlers: {', '.join(r.durable for r in host.runtimes)} · projections: "
                 f"{', '.join(p.name for p in host.projections)} · Ctrl-C to stop"
@@ -64,6 +94,7 @@ def up() -> None:
             try:
                 await stop.wait()
             finally:
+                await served.aclose()
                 console.print("stopping: finishing in-flight events…")
                 await host.stop()
                 marker.clear()
@@ -285,6 +316,21 @@ def status(json_: JsonOpt = False) -> None:
     for s in out["streams"]:
         t.add_row(s["name"], str(s["messages"]), str(s["bytes"]), str(s["last_seq"]))
     console.print(t)
+    for s in out["streams"]:  # replicated streams: the cluster's health (docs/scaling.md)
+        if s.get("cluster"):
+            c = s["cluster"]
+            peers = ", ".join(
+                f"{r['name']} " + ("[red]offline[/]" if r["offline"] else "current" if
+                                   r["current"] else f"[yellow]behind {r['lag']}[/]")
+                for r in c["replicas"]
+            )  # fmt: skip
+            console.print(
+                f"  {s['name']} on cluster {c['name']}: leader {c['leader'] or '[red]none[/]'}"
+                + (f"; {peers}" if peers else ""),
+                highlight=False,
+            )
+    for problem in out["problems"]:
+        console.print(f"[bold red]problem:[/] {escape(problem)}")
     c = Table(title="handler consumers", title_justify="left")
     for col in ("name", "pending", "unacked", "redelivered", "behind"):
         c.add_column(col)

@@ -31,6 +31,7 @@ from nanocrab.bus import (
     Reactor,
     RuntimeOptions,
 )
+from nanocrab.bus.connection import stream_info
 from nanocrab.bus.connector import SeedSource
 from nanocrab.bus.permissions import (
     ADMIN,
@@ -148,7 +149,7 @@ async def bus_connector(
 
 async def _require_streams(log_: EventLog, url: str) -> None:
     try:
-        await log_.js.stream_info(log_.cfg.log_stream)
+        await stream_info(log_.js, log_.cfg.log_stream)  # waits out a leader election
     except NotFoundError as exc:
         raise BusError(
             f"stream {log_.cfg.log_stream} does not exist on {url}: set the "

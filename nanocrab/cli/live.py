@@ -56,8 +56,8 @@ def line_for(s: Stored) -> Text | None:
             t.append(f"  ! {problem(s)} event at seq {s.seq}: {s.error}", "bold red")
         case TaskSubmitted(text=text):
             t.append("▶ task ", "bold cyan").append(_clip(text, 120))
-        case RunStarted(agent=agent):
-            t.append(f"  run started · agent {agent}", "dim")
+        case RunStarted(agent=agent, config=config):
+            t.append(f"  run started · agent {agent} · config {config[:12] or 'startup'}", "dim")
         case LlmRequested(turn=turn):
             t.append(f"  turn {turn} · asking the model…", "dim")
         case LlmResponded(turn=turn, usage=u, latency_ms=ms, content=content):

@@ -59,6 +59,12 @@ class Settings(BaseModel):
                            exists, else the bundled default; ``none``: no guardrails at all;
                            see docs/guardrails.md)
     ``NANOCRAB_ALERT_WEBHOOK`` a URL every ``alert.raised`` is POSTed to (JSON, retried)
+    ``NANOCRAB_GATEWAY``   ``host:port`` where ``nanocrab up`` also serves the HTTP gateway and
+                           web view (default: not served; ``nanocrab gateway`` serves it alone;
+                           see docs/gateway.md)
+    ``NANOCRAB_STREAM_REPLICAS`` copies of each stream (default 1; 3 on a three-node cluster,
+                           docs/scaling.md)
+    ``NANOCRAB_STREAM_PLACEMENT`` ``cluster`` or ``cluster:tag,tag``: where the replicas go
     """
 
     model_config = ConfigDict(frozen=True)
@@ -80,6 +86,9 @@ class Settings(BaseModel):
     guardrails_file: Path | None = None  # None: the bundled default chain
     guardrails: bool = True  # False (NANOCRAB_GUARDRAILS=none): no guardrails handler at all
     alert_webhook: str | None = None  # alert.raised events are POSTed here (JSON)
+    gateway: tuple[str, int] | None = None  # (host, port): `up` serves the gateway there
+    stream_replicas: int = 1  # NANOCRAB_STREAM_REPLICAS
+    stream_placement: tuple[str | None, tuple[str, ...]] = (None, ())  # (cluster, tags)
 
     @property
     def keys_dir(self) -> Path:
@@ -124,6 +133,9 @@ class Settings(BaseModel):
             guardrails_file=guardrails_file if guardrails_file.is_file() else None,
             guardrails=guardrails != "none",
             alert_webhook=os.environ.get("NANOCRAB_ALERT_WEBHOOK") or None,
+            gateway=_listen(os.environ.get("NANOCRAB_GATEWAY") or None),
+            stream_replicas=_replicas(os.environ.get("NANOCRAB_STREAM_REPLICAS") or "1"),
+            stream_placement=_placement(os.environ.get("NANOCRAB_STREAM_PLACEMENT") or ""),
             nats_url=os.environ.get("NANOCRAB_NATS_URL") or None,
             nats_auth=None if nats_auth is None else nats_auth == "nkeys",
             db_url=os.environ.get("NANOCRAB_DB_URL") or default_url(home),
@@ -139,4 +151,33 @@ class Settings(BaseModel):
         )
 
     def bus(self) -> BusConfig:
-        return BusConfig(url=self.nats_url, data_dir=self.home, auth=self.nats_auth)
+        cluster, tags = self.stream_placement
+        return BusConfig(
+            url=self.nats_url, data_dir=self.home, auth=self.nats_auth,
+            replicas=self.stream_replicas, placement_cluster=cluster, placement_tags=tags,
+        )  # fmt: skip
+
+
+def _replicas(value: str) -> int:
+    """``NANOCRAB_STREAM_REPLICAS``: 1 to 5 (JetStream's limit)."""
+    if not value.isdigit() or not 1 <= int(value) <= 5:
+        raise ValueError(f"NANOCRAB_STREAM_REPLICAS={value!r}: use 1 to 5 (3 on a 3-node cluster)")
+    return int(value)
+
+
+def _placement(value: str) -> tuple[str | None, tuple[str, ...]]:
+    """``NANOCRAB_STREAM_PLACEMENT``: ``cluster``, ``cluster:tag,tag`` or ``:tag``."""
+    cluster, _, tags = value.partition(":")
+    return cluster.strip() or None, tuple(t.strip() for t in tags.split(",") if t.strip())
+
+
+def _listen(value: str | None) -> tuple[str, int] | None:
+    """``NANOCRAB_GATEWAY``: ``host:port`` (``[::1]:8787`` for IPv6) or ``port`` (loopback)."""
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"NANOCRAB_GATEWAY={value!r}: use host:port, e.g. 127.0.0.1:8787")
+    return host.strip("[]") or "127.0.0.1", int(port)

@@ -15,19 +15,24 @@ from sqlalchemy import func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab.bus import EventLog
+from nanocrab.bus.connection import stream_info
 from nanocrab.projections import Projector, all_projections, dead_letters, failures
 
 
 async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
     out: dict[str, Any] = {"streams": [], "consumers": [], "projections": [], "problems": []}
     for name in (log.cfg.log_stream, log.cfg.ephemeral_stream):
-        info = await log.js.stream_info(name)
+        info = await stream_info(log.js, name)  # waits out a leader election
         full = stream_full(info, log.cfg.max_event_bytes)
         out["streams"].append({
             "name": name, "messages": info.state.messages, "bytes": info.state.bytes,
             "first_seq": info.state.first_seq, "last_seq": info.state.last_seq,
             "max_bytes": info.config.max_bytes, "full": full,
+            "cluster": stream_cluster(info),
         })  # fmt: skip
+        trouble = cluster_problem(name, info)
+        if trouble:
+            out["problems"].append(trouble)
         if full and info.config.discard == DiscardPolicy.NEW:
             out["problems"].append(
                 f"stream {name} is full ({info.state.bytes} of {info.config.max_bytes} bytes, "
@@ -69,6 +74,41 @@ async def gather_status(log: EventLog, engine: AsyncEngine) -> dict[str, Any]:
                 "attempts": failure["attempts"] if failure else 0,
             })  # fmt: skip
     return out
+
+
+def stream_cluster(info: StreamInfo) -> dict[str, Any] | None:
+    """A replicated stream's health: its RAFT group's leader and each replica (``current``:
+    caught up with the leader; ``offline``: its node is unreachable; ``lag`` in operations);
+    ``None`` on a single server."""
+    cluster = info.cluster
+    if cluster is None or cluster.name is None:
+        return None
+    return {
+        "name": cluster.name,
+        "leader": cluster.leader,
+        "replicas": [
+            {"name": p.name, "current": bool(p.current), "offline": bool(p.offline),
+             "lag": p.lag or 0}
+            for p in cluster.replicas or []
+        ],
+    }  # fmt: skip
+
+
+def cluster_problem(name: str, info: StreamInfo) -> str | None:
+    """What an operator should know about a replicated stream: no leader (appends fail until
+    one is elected), or replicas offline or behind (one more loss may cost the quorum)."""
+    health = stream_cluster(info)
+    if health is None:
+        return None
+    if not health["leader"]:
+        return f"stream {name} has no leader in cluster {health['name']}: appends wait"
+    down = [r["name"] for r in health["replicas"] if r["offline"] or not r["current"]]
+    if down:
+        return (
+            f"stream {name}: replica(s) {', '.join(down)} offline or catching up "
+            f"(leader {health['leader']}); the stream is served while a quorum is up"
+        )
+    return None
 
 
 def stream_full(info: StreamInfo, event_bytes: int) -> bool:

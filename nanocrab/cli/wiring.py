@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -17,22 +17,28 @@ from nanocrab.guardrails import load_guardrails
 from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.capgen import CapgenHandler
 from nanocrab.handlers.executor import Executor
-from nanocrab.handlers.guardrails import Chain, GuardrailsHandler
+from nanocrab.handlers.guardrails import Chain, GuardrailsHandler, Prescreener
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
+from nanocrab.handlers.orchestrator.budget import Spending, Spent
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.reloader import Reloader
 from nanocrab.handlers.router import RouterHandler, model_classifier
 from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
 from nanocrab.llm.base import Provider
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities
-from nanocrab.projections.memory import searcher as memory_searcher
+from nanocrab.projections.memory_search import Recaller, recaller
+from nanocrab.projections.memory_search import searcher as memory_searcher
 from nanocrab.projections.sessions import session_snapshot
+from nanocrab.reload import BaseConfig, ConfigView, LoadedConfig
+from nanocrab.reload.skills import VersionedSkills
 from nanocrab.routing import AgentsConfig, agents_file, install_profiles, load_agents
 from nanocrab.sandbox import Sandbox
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.skills import SkillLibrary, SkillTool, default_skill_dirs
+from nanocrab.skills.taskmap import load_skillmap, skillmap_file
 from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 from nanocrab.tools.capability import CapabilityTool, EnabledCapability
 from nanocrab.tools.discovery import AvailableAgentsTool, SkillsForTaskTool
@@ -111,6 +117,27 @@ def build_capgen(
     )
 
 
+class ProjectedUsage:
+    """The orchestrator's usage view (shared budget caps) over the usage projection."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def spending(
+        self, *, run_id: str, session_id: str | None, agent: str, tenant: str
+    ) -> Spending:
+        from nanocrab.projections.usage import other_runs
+
+        o = await other_runs(
+            self.engine, run_id=run_id, session_id=session_id, agent=agent, tenant=tenant
+        )
+        return Spending(
+            session=Spent(o.session.usd, o.session.tokens),
+            agent=Spent(o.agent.usd, o.agent.tokens),
+            tenant=Spent(o.tenant.usd, o.tenant.tokens),
+        )
+
+
 def build_reactors(
     log: EventLog,
     engine: AsyncEngine,
@@ -122,6 +149,8 @@ def build_reactors(
     log_for: Callable[[str], EventLog] | None = None,
     capgen_provider: Provider | None = None,
     guardrails: Chain | None = None,
+    memory_every_s: float | None = None,
+    keys: KeyRing | None = None,
 ) -> list[Reactor]:
     """The agent loop — orchestrator, policy, executor, LLM handler — and the capability
     generator. ``policy`` defaults to the settings' policy file (or the bundled default).
@@ -129,13 +158,19 @@ def build_reactors(
     :func:`make_capgen_provider`). ``log_for(name)`` is each reactor's log (its own NATS
     identity under broker permissions); without it every reactor appends with ``log``.
     ``guardrails`` defaults to the settings' chain (:func:`guardrails_chain`); a chain with no
-    filter (or guardrails off) adds no handler and no hop."""
+    filter (or guardrails off) adds no handler and no hop. ``memory_every_s``: embed new
+    memories in the background that often (``nanocrab up``; a one-shot run leaves them to the
+    next search, so it never loads the embedding model for them)."""
     logs = log_for or (lambda _name: log)
     workspace = default_workspace or (settings.home / "workspace")
     workspace.mkdir(parents=True, exist_ok=True)
-    skills = SkillLibrary.discover(
-        default_skill_dirs(workspace=None, user_dir=settings.user_skills)
-    )
+    skill_dirs = default_skill_dirs(workspace=None, user_dir=settings.user_skills)
+    discovered = SkillLibrary.discover(skill_dirs)
+    rules = policy or load_policy(settings.policy_file)
+    chain = guardrails_chain(settings) if guardrails is None else guardrails
+    # every handler reads configuration through one versioned view (hot reload, docs/reload.md)
+    view = config_view(settings, logs("reloader"), discovered, rules, chain, skill_dirs)
+    skills = VersionedSkills(view)
     sandbox = sandbox_for(settings)  # one per process: the python tool, capabilities, capgen
     capabilities = CapabilityCatalogue(engine)
     registry = ToolRegistry(
@@ -147,37 +182,53 @@ def build_reactors(
             RememberTool(),
             RecallTool(memory_searcher(engine)),
             AvailableAgentsTool(),
-            SkillsForTaskTool(skills),
+            # the task-type -> skills map: NANOCRAB_SKILLMAP, <home>/skillmap.yaml, or bundled
+            SkillsForTaskTool(skills, load_skillmap(skillmap_file(settings.home, os.environ))),
         ]
     )
-    # agents.yaml with more than one agent: a router picks the agent of tasks naming none
+    # agents.yaml with more than one agent: a router picks the agent of tasks naming none;
+    # without, the router only consolidates /new's sessions (and the LLM handler recalls)
     routing = routing_config(settings)
     provider = provider or make_provider(settings)
-    router: list[Reactor] = []
-    if routing is not None:
-        classify = model_classifier(provider, settings.model or "")
-        router.append(RouterHandler(logs("router"), engine, config=routing, classify=classify))
+    classify = model_classifier(provider, settings.model or "") if routing is not None else None
+    router = RouterHandler(logs("router"), engine, config=routing, classify=classify,
+                           vectorise_every_s=memory_every_s, versions=view)  # fmt: skip
 
     # the session's earlier messages, folded from the log (never stale, no wait on SQL);
     # the sessions projection loads a session this process has not seen yet
     history = SessionIndex(logs("llm"), snapshot=partial(session_snapshot, engine))
 
-    rules = policy or load_policy(settings.policy_file)
-    chain = guardrails_chain(settings) if guardrails is None else guardrails
     guards: list[Reactor] = []
+    # runs move on without waiting for a verdict the chain can only give as a clean allow
+    prescreen = Prescreener(chain, config=view) if chain is not None and chain.guarded() else None
     if chain is not None and chain.guarded():
         sink = AlertSink(settings.alert_webhook) if settings.alert_webhook else None
-        guards.append(GuardrailsHandler(logs("guardrails"), chain=chain, alerts=sink))
-    keys = KeyRing(settings.keys_dir)
+        judge = None
+        if settings.anthropic_api_key is not None:  # Claude's alignment check backs the rules
+            from nanocrab.guardrails.alignment_llm import ClaudeAlignmentJudge
+
+            judge = ClaudeAlignmentJudge(api_key=settings.anthropic_api_key.get_secret_value())
+        guards.append(
+            GuardrailsHandler(
+                logs("guardrails"), chain=chain, alerts=sink, config=view, judge=judge,
+                prescreen=prescreen,
+            )
+        )
+    # a handler host's keys (`nanocrab handler`) hold only its own seed (cli/provision.py)
+    keys = keys or KeyRing(settings.keys_dir)
     policy_keys = frozenset({keys.public_key("policy")})
     approvers = trusted_approvers(rules, keys)
 
-    return [
+    loop: list[Reactor] = [
         Orchestrator(
             logs("orchestrator"),
             trust=signed_by(policy_keys),
             guarded=chain.guarded() if guards and chain is not None else frozenset(),
             routed=routing is not None,
+            config=view,
+            prescreen=prescreen,
+            budgets=rules.budgets,
+            usage=ProjectedUsage(engine),
         ),
         PolicyHandler(
             logs("policy"),
@@ -187,6 +238,7 @@ def build_reactors(
             default_workspace=workspace,
             capability_permissions=capabilities.permissions,
             protected=[p for p in (settings.home, settings.policy_file) if p is not None],
+            config=view,
         ),
         Executor(
             logs("executor"),
@@ -197,6 +249,7 @@ def build_reactors(
             trusted_policy=policy_keys,
             trusted_approvers=approvers,
             confinement=rules.exec.confinement(protected=(settings.home, settings.keys_dir)),
+            config=view,
         ),
         LlmHandler(
             logs("llm"),
@@ -206,11 +259,85 @@ def build_reactors(
             model=settings.model,
             skills=skills,
             history=history,
+            recall=run_start_recall(engine, os.environ),
+            prescreen=prescreen,
         ),
         build_capgen(logs("capgen"), settings, provider=capgen_provider, sandbox=sandbox),
         *guards,
-        *router,
+        router,
+        Reloader(logs("reloader"), view=view, config_dir=config_dir(settings)),
     ]
+    mode = os.environ.get("NANOCRAB_TELEMETRY", "on")
+    if mode == "off":  # no GenAI spans, metrics, alerts
+        return loop
+    watched = [r.name for r in loop]
+    return [*loop, telemetry_handler(logs("telemetry"), settings, watched, live=mode == "live")]
+
+
+def telemetry_handler(
+    log: EventLog, settings: Settings, watched: list[str], *, live: bool = False
+) -> Reactor:
+    """GenAI spans, metrics and alerts from the log (docs/observability.md). Message content
+    on spans only with ``NANOCRAB_TRACE_CONTENT=1``; a lag alert when a handler is more than
+    ``NANOCRAB_LAG_ALERT`` events behind (default 1000); ``live`` (``NANOCRAB_TELEMETRY=live``):
+    each span exported as it ends rather than with its run."""
+    from nanocrab.observe import TelemetryHandler, configure_telemetry
+    from nanocrab.observe.export import configured
+
+    if settings.traces == "otlp" and not configured():  # metrics beside the spans
+        configure_telemetry("nanocrab", otlp_metrics=True)
+    sink = AlertSink(settings.alert_webhook) if settings.alert_webhook else None
+    return TelemetryHandler(
+        log,
+        content=os.environ.get("NANOCRAB_TRACE_CONTENT", "") in ("1", "true", "yes"),
+        alerts=sink,
+        handlers=watched,
+        lag_threshold=int(os.environ.get("NANOCRAB_LAG_ALERT", "1000")),
+        live=live,
+    )
+
+
+def config_dir(settings: Settings) -> Path:
+    """The directory the reloader watches: ``NANOCRAB_CONFIG_DIR``, else ``<home>``."""
+    named = os.environ.get("NANOCRAB_CONFIG_DIR")
+    return Path(named) if named else settings.home
+
+
+def config_view(
+    settings: Settings,
+    log: EventLog,
+    skills: SkillLibrary,
+    policy: Policy,
+    chain: Chain | None,
+    skill_dirs: list[Path],
+) -> ConfigView:
+    """The versioned configuration view of this process: the start-up version is what the
+    settings name (``policy``, ``chain``, ``skills`` as loaded); versions activated later
+    are read from the log, materialized under ``<home>/config-versions``."""
+    agents_path = agents_file(settings.home, os.environ)
+    base = BaseConfig(
+        policy_file=settings.policy_file, guardrails_file=settings.guardrails_file,
+        guardrails=settings.guardrails, agents_file=agents_path, skill_dirs=tuple(skill_dirs),
+    )  # fmt: skip
+    startup = LoadedConfig(
+        version="", policy=policy,
+        guardrails=chain.config if chain is not None else None, guardrails_text=None,
+        agents=load_agents(agents_path) if agents_path is not None else None, skills=skills,
+    )  # fmt: skip
+    return ConfigView(startup, base=base, cache_dir=settings.home / "config-versions", log=log)
+
+
+def run_start_recall(engine: AsyncEngine, environ: Mapping[str, str]) -> Recaller | None:
+    """Similar-task recall on a run's first model call (docs/memory.md): ``NANOCRAB_RECALL``
+    ``off``, or the least cosine score to recall (default 0.6)."""
+    named = environ.get("NANOCRAB_RECALL", "").strip()
+    if named == "off":
+        return None
+    try:
+        least = float(named) if named else 0.6
+    except ValueError as exc:
+        raise ValueError(f"NANOCRAB_RECALL={named!r}: use 'off' or a score such as 0.6") from exc
+    return recaller(engine, min_score=least)
 
 
 def routing_config(settings: Settings) -> AgentsConfig | None:

@@ -4,6 +4,7 @@ This package imports nothing else of nanocrab; every other layer speaks in these
 """
 
 from nanocrab.events.base import ENVELOPE_FIELDS, Event, SubjectKind
+from nanocrab.events.budget import Budget, BudgetExceeded, BudgetScope
 from nanocrab.events.capabilities import (
     MAX_SOURCE_BYTES,
     CapabilityDisabled,
@@ -68,10 +69,17 @@ from nanocrab.events.security import (
 from nanocrab.events.system import (
     BusDeadLettered,
     BusMalformed,
+    ConfigFile,
     DeadLetterKind,
     MemoryConsolidated,
     MemoryRecalled,
+    ReloadActivated,
     ReloadFailed,
+    ReloadProblem,
+    ReloadProposed,
+    ReloadRejected,
+    ReloadRequested,
+    ReloadRolledBack,
     SkillActivated,
     SkillPublished,
     SkillRolledBack,
@@ -123,6 +131,9 @@ __all__ = [
     "ApprovalGranted",
     "ApprovalRequested",
     "ArtifactRef",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetScope",
     "BusDeadLettered",
     "BusMalformed",
     "Capability",
@@ -138,6 +149,7 @@ __all__ = [
     "CapabilityTestResult",
     "CapabilityTested",
     "Codec",
+    "ConfigFile",
     "ContentBlock",
     "ContextCompacted",
     "DeadLetterKind",
@@ -168,7 +180,13 @@ __all__ = [
     "PlanCreated",
     "PythonDetails",
     "ReadDetails",
+    "ReloadActivated",
     "ReloadFailed",
+    "ReloadProblem",
+    "ReloadProposed",
+    "ReloadRejected",
+    "ReloadRequested",
+    "ReloadRolledBack",
     "Remember",
     "ReplySent",
     "RouteDecided",

@@ -7,6 +7,7 @@ from typing import Final
 import msgspec
 
 from nanocrab.events.base import ENVELOPE_FIELDS, Event
+from nanocrab.events.budget import BudgetExceeded
 from nanocrab.events.capabilities import (
     CapabilityDisabled,
     CapabilityEnabled,
@@ -50,7 +51,12 @@ from nanocrab.events.system import (
     BusMalformed,
     MemoryConsolidated,
     MemoryRecalled,
+    ReloadActivated,
     ReloadFailed,
+    ReloadProposed,
+    ReloadRejected,
+    ReloadRequested,
+    ReloadRolledBack,
     SkillActivated,
     SkillPublished,
     SkillRolledBack,
@@ -74,8 +80,9 @@ AnyEvent = (
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted
     | SkillPublished | SkillActivated | SkillRolledBack
-    | ReloadFailed | MemoryConsolidated | MemoryRecalled | ReplySent | SessionArchived
-    | BusMalformed | BusDeadLettered
+    | ReloadFailed | ReloadProposed | ReloadRejected | ReloadActivated | ReloadRolledBack
+    | ReloadRequested | MemoryConsolidated | MemoryRecalled | ReplySent | SessionArchived
+    | BusMalformed | BusDeadLettered | BudgetExceeded
 )  # fmt: skip
 """The tagged union of every event type; decode targets and exhaustive matches use it."""
 

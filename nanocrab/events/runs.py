@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from nanocrab.events.base import Event, SubjectKind
+from nanocrab.events.budget import Budget
 from nanocrab.events.values import Capability
 
 
@@ -28,16 +29,20 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
     # a capability budget: narrows (never widens) what the policy rules allow for this run;
     # None = the rules alone decide
     capabilities: list[Capability] | None = None
+    budget: Budget | None = None  # caps on this run's model spending (docs/observability.md)
 
 
 class RunStarted(Event, frozen=True, tag="run.started"):
     """``guarded``: the guardrail checkpoints whose verdict the run waits for, pinned when the
-    run starts (the chain had a filter for them), so replaying the run decides the same way."""
+    run starts (the chain had a filter for them), so replaying the run decides the same way.
+    ``config``: the configuration version (``reload.activated``) the run is pinned to and
+    finishes on; empty for the configuration a process loaded at start (and older logs)."""
 
     agent: str = "default"
     parent_run_id: str | None = None
     max_steps: int | None = None
     guarded: list[str] = []
+    config: str = ""
 
 
 class RunCompleted(Event, frozen=True, tag="run.completed"):
@@ -49,7 +54,9 @@ class RunFailed(Event, frozen=True, tag="run.failed"):
     """``rejected``: the run never started, its ``task.submitted`` was refused (see
     ``handlers/orchestrator/rejections.py``)."""
 
-    kind: Literal["llm", "tool", "timeout", "max_steps", "internal", "rejected", "guardrail"]
+    kind: Literal[
+        "llm", "tool", "timeout", "max_steps", "internal", "rejected", "guardrail", "budget"
+    ]
     reason: str
 
 

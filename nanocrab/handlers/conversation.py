@@ -42,7 +42,8 @@ def _screened_result(call: CallState, state: RunState) -> ToolResultBlock | None
         text = verdict.redacted_text
     else:
         text = "\n".join(b.text for b in call.completed.content if isinstance(b, TextBlock))
-        if verdict is None:  # guarded, not judged yet: decide() never gets here
+        if verdict is None and ("tool_output", call.call_id) not in state.prescreened:
+            # guarded, not judged yet and not pre-screened clean: decide() never gets here
             blocked = state.verdict("tool_call", call.call_id)
             if blocked is None or blocked.action not in ("block", "redact"):
                 text = "(output not yet screened by the guardrails)"

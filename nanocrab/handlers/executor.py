@@ -66,6 +66,7 @@ from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS
 from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
+from nanocrab.reload import ConfigView, pinned
 from nanocrab.security import binding_hash, signed_by, verify
 from nanocrab.tools.base import ArtifactStore, ToolContext, ToolError, is_idempotent
 from nanocrab.tools.confine import Confinement
@@ -104,7 +105,11 @@ class Executor:
         trusted_approvers: frozenset[str],
         tool_timeout_s: float = 120.0,
         confinement: Confinement = Confinement(),
+        config: ConfigView | None = None,
     ) -> None:
+        """``config``: the versioned configuration; a tool reading it (the ``skill`` tool's
+        library) serves the version the call's run is pinned to (``run.started.config``)."""
+        self.config = config
         self.confinement = confinement  # exec's sandbox as the policy sets it; the grant adds
         self.log = log
         self.trusted_policy = trusted_policy
@@ -315,8 +320,12 @@ class Executor:
         if state.terminal:
             cancel.set()
         started = time.perf_counter()
+        version = state.started.config if state.started is not None else ""
+        if self.config is not None:
+            await self.config.ensure(version)
         try:
-            result = await self.registry.invoke(grant.tool, call.arguments, ctx)
+            with pinned(version):
+                result = await self.registry.invoke(grant.tool, call.arguments, ctx)
         finally:
             if started_append is not None:
                 await started_append  # a BusError: retried, and an idempotent call runs again

@@ -8,6 +8,12 @@ retryable ones are retried with exponential backoff, each failed attempt recorde
 older turns summarised, recent ones kept) and retried; anything else ends in ``llm.failed``,
 which the orchestrator turns into ``run.failed``. A request whose turn already has an outcome is
 a redelivery and emits nothing.
+
+With a ``recall`` (similar-task memory), the first model call of a top-level run that no router
+handled looks for earlier episodes like the task and, when some score high enough, appends
+``memory.recalled`` before calling the model (its id derived from the request, so a redelivery
+stores it once) and lists them in the system prompt: the timeline shows the sources, and no
+extra hop is taken, found or not (no embedding at all while memory holds no episode).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from tenacity import (
@@ -26,23 +33,42 @@ from tenacity import (
     wait_exponential,
 )
 
+from nanocrab.agents import profile
 from nanocrab.bus import Delivery, EventLog, stamp
-from nanocrab.events import ContextCompacted, Event, LlmDelta, LlmFailed, LlmRequested, LlmResponded
+from nanocrab.events import (
+    ContextCompacted,
+    Event,
+    LlmDelta,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+    MemoryRecalled,
+)
 from nanocrab.handlers import conversation
 from nanocrab.handlers.prompt import system_prompt
 from nanocrab.handlers.runloader import CAPACITY, RunLoader
 from nanocrab.handlers.runstate import RunState
 from nanocrab.handlers.workspace import workspace_of
 from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
+from nanocrab.reload import pinned
+from nanocrab.reload.skills import VersionedSkills
 from nanocrab.skills import SkillLibrary
 from nanocrab.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the guardrails library loads only where guardrails are on
+    from nanocrab.handlers.guardrails import Prescreener
 
 SessionHistory = Callable[[str, str, int], Awaitable[list[Message]]]
 """(session_id, current run_id, task sequence) → the session's messages from before the task,
 oldest first. Implementations must not answer from anything that has not yet seen everything
 before that sequence: :class:`~nanocrab.handlers.sessions.SessionIndex` folds the log itself."""
 
+Recall = Callable[[str], Awaitable[MemoryRecalled | None]]
+"""A task's text → earlier episodes for its prompt (``None``: nothing close enough):
+:func:`nanocrab.projections.memory_search.recaller`."""
+
 _DELTA_FLUSH_CHARS = 200
+_RECALL_ORDINAL = 900_000  # appended before the reaction, outside its ordinals
 _DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
 
 
@@ -70,6 +96,8 @@ class LlmHandler:
         model: str = "",
         skills: SkillLibrary | None = None,
         history: SessionHistory | None = None,
+        recall: Recall | None = None,
+        prescreen: Prescreener | None = None,
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         backoff_max_s: float = 20.0,
@@ -82,6 +110,8 @@ class LlmHandler:
         self.model = model
         self.skills = skills
         self.history = history
+        self.recall = recall
+        self.prescreen = prescreen  # tool output the orchestrator did not wait for (guardrails)
         self._histories: dict[str, list[Message]] = {}
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -95,7 +125,13 @@ class LlmHandler:
             return []
         if turn.response is not None or turn.failure is not None:
             return []
+        if self.prescreen is not None:
+            self.prescreen.outputs(state)
+        if self.recall is not None and turn is state.turns[0] and state.recalled is None:
+            state = await self._recall(state, event)
         history = await self._history(state)
+        if isinstance(self.skills, VersionedSkills) and state.started is not None:
+            await self.skills.view.ensure(state.started.config)  # the run's pinned version
         out: list[Event] = []
         compacted = False
         while True:
@@ -127,6 +163,24 @@ class LlmHandler:
                     )
                 )
                 return out
+
+    async def _recall(self, state: RunState, event: LlmRequested) -> RunState:
+        """Similar earlier work for a top-level task no router has handled (a router recalls
+        itself, before ``route.decided``), on the text the guardrails let through."""
+        task = state.task
+        assert task is not None and self.recall is not None
+        if task.parent_run_id or state.route is not None or task.text.lstrip().startswith("/"):
+            return state
+        text = state.screened("task_input", task.id, task.text)
+        if not text:
+            return state
+        found = await self.recall(text)
+        if found is None:
+            return state
+        (recalled,) = stamp(self.name, event, [found], first=_RECALL_ORDINAL)
+        await self.log.append(recalled)
+        assert isinstance(recalled, MemoryRecalled)
+        return dataclasses.replace(state, recalled=recalled)
 
     async def _history(self, state: RunState) -> list[Message]:
         """The session's messages stored before the task, fetched once per run (they cannot
@@ -195,19 +249,24 @@ class LlmHandler:
         assert state.task is not None
         known = set(self.registry.names())
         tools = [t for t in event.tools if t in known]
-        return ModelRequest(
-            system=system_prompt(
+        agent = state.started.agent if state.started is not None else None
+        with pinned(state.started.config if state.started is not None else ""):
+            system = system_prompt(
                 state.task,
                 tools=tools,
                 workspace=workspace_of(state.task, self.default_workspace),
                 registry=self.registry,
                 skills=self.skills,
-                agent=state.started.agent if state.started is not None else None,
+                agent=agent,
                 recalled=state.recalled,
-            ),
+            )
+            # the run's agent's model (agents.yaml ``model``), else the handler's default
+            agent_model = profile(agent).model if agent is not None else None
+        return ModelRequest(
+            system=system,
             messages=conversation.messages(state, history),
             tools=self.registry.specs(tools),
-            model=event.model or self.model,
+            model=event.model or agent_model or self.model,
             run_id=state.run_id,
             turn=event.turn,
             # as the guardrails let it through (a blocked task never reaches the model)

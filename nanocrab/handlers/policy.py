@@ -61,6 +61,7 @@ from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
 from nanocrab.policy import Decision, Policy, Request, evaluate
+from nanocrab.reload import ConfigView
 from nanocrab.security import KeyRing, binding_hash, sign, verify
 
 logger = logging.getLogger(__name__)
@@ -113,12 +114,16 @@ class PolicyHandler:
         watch_interval_s: float = 0.25,
         capability_permissions: PermissionLookup | None = None,
         protected: Sequence[Path] = (),
+        config: ConfigView | None = None,
     ) -> None:
         """``capability_permissions`` says what an enabled capability declared (``None`` for
         one that is unknown, disabled or removed); without it the ``capability`` tool can only
-        list them."""
+        list them. ``config``: the versioned configuration; a call is decided by the rules of
+        the version its run is pinned to (``run.started.config``), ``policy`` without it.
+        Grant and approval lifetimes and the trusted approvers stay those of ``policy``."""
         self.log = log
         self.policy = policy
+        self.config = config
         self.keypair = keys.keypair("policy")
         self.approvers = trusted_approvers(policy, keys)
         self.known_tools = known_tools
@@ -162,8 +167,12 @@ class PolicyHandler:
         if state.terminal:
             return [_deny(event.call_id, event.tool, f"the run is {state.status}")]
         workspace = workspace_of(state.task, self.default_workspace)
+        rules = self.policy
+        if self.config is not None:
+            pin = state.started.config if state.started is not None else None
+            rules = (await self.config.ensure(pin)).policy if pin else self.config.get(pin).policy
         decision = evaluate(
-            self.policy,
+            rules,
             Request(
                 tool=event.tool,
                 arguments=event.arguments,

@@ -1,16 +1,20 @@
 """The router: picks the agent of a task that names none, recalls similar earlier work, and
 consolidates an archived session into memory.
 
-- ``task.submitted`` (top level, agent left at ``default``, not a command): ``memory.recalled``
-  (when earlier episodes score at least ``recall_min``; at most ``recall_k``) then
-  ``route.decided`` (``nanocrab/routing.py`` decides: embedding, else the model, else the
-  default agent). The orchestrator starts such a run only once ``route.decided`` is in, and
-  only when routing is configured (``agents.yaml`` with more than one agent): without it this
-  handler is not wired at all, so there is no extra hop. Both are events: the timeline shows
-  the sources, and a replay reads them instead of recomputing.
-- ``session.archived`` (``/new``): ``memory.consolidated``, a summary of the session's
+- ``task.submitted`` (top level, agent left at ``default``, not a command), only when routing
+  is configured (``agents.yaml`` with more than one agent): ``memory.recalled`` (when earlier
+  episodes score at least ``recall_min``; at most ``recall_k``) then ``route.decided``
+  (``nanocrab/routing.py`` decides: embedding, else the model, else the default agent). The
+  orchestrator starts such a run only once ``route.decided`` is in. Without routing this
+  handler does not consume tasks at all (no extra hop): the LLM handler recalls in line, on
+  the run's first model call. Both are events: the timeline shows the sources, and a replay
+  reads them instead of recomputing.
+- ``session.archived`` (``/new``), always: ``memory.consolidated``, a summary of the session's
   episodes, once the memory projection has folded the log up to the archive (bounded wait).
   It runs beside the routing of tasks (a different subject, see ``concurrency``).
+- In the background (``nanocrab up`` only: ``vectorise_every_s``), the memory items the
+  projection wrote since are embedded (``projections/memory_search.py``: :func:`vectorise`), so a
+  search rarely has any left to do.
 
 The embedder and the agents' vectors load on the first task (once per process), in a thread.
 """
@@ -28,7 +32,6 @@ from nanocrab.bus import Delivery, EventLog
 from nanocrab.events import (
     Event,
     MemoryConsolidated,
-    MemoryRecalled,
     RouteDecided,
     SessionArchived,
     TaskSubmitted,
@@ -37,7 +40,9 @@ from nanocrab.handlers.orchestrator.decide import needs_route
 from nanocrab.llm.base import Message, ModelRequest, Provider
 from nanocrab.memory import Embedder
 from nanocrab.projections.db import checkpoints
-from nanocrab.projections.memory import MemoryProjection, memory_items, recall
+from nanocrab.projections.memory import MemoryProjection, memory_items
+from nanocrab.projections.memory_search import recaller, vectorise
+from nanocrab.reload import ConfigView
 from nanocrab.routing import AgentsConfig, AgentSpec, Classifier, Router, classifier_prompt
 from nanocrab.routing import parse_choice as _parse_choice
 
@@ -78,15 +83,26 @@ class RouterHandler:
         log_: EventLog,
         engine: AsyncEngine,
         *,
-        config: AgentsConfig,
+        config: AgentsConfig | None,
         embedder: Callable[[], Embedder] | None = None,
         classify: Classifier | None = None,
         recall_k: int = 3,
         recall_min: float = 0.6,
+        vectorise_every_s: float | None = None,
+        versions: ConfigView | None = None,
     ) -> None:
+        """``config`` ``None`` (or one agent): no routing, only ``/new`` consolidation (and
+        the background vectorising when ``vectorise_every_s`` is set). ``versions``: the
+        versioned configuration; a task is routed among the agents of the version active at
+        it (the one its run pins), ``config`` when that version declares no routed agents."""
         self.log = log_
         self.engine = engine
         self.config = config
+        self.versions = versions
+        self._routers: dict[str, Router] = {}
+        routed = config is not None and config.routed
+        self.consumes = (TaskSubmitted, SessionArchived) if routed else (SessionArchived,)
+        self.vectorise_every_s = vectorise_every_s
         self._factory = embedder
         self.classify = classify
         self.recall_k = recall_k
@@ -95,6 +111,7 @@ class RouterHandler:
         self._loading = asyncio.Lock()
 
     async def router(self) -> Router:
+        assert self.config is not None, "routing needs agents"
         async with self._loading:
             if self._router is None:
                 factory = self._factory
@@ -105,34 +122,63 @@ class RouterHandler:
                 self._router = await asyncio.to_thread(Router, self.config, factory())
             return self._router
 
+    async def _versioned(self, version: str, agents: AgentsConfig) -> Router:
+        """The router of a configuration version's agents, built once per version."""
+        async with self._loading:
+            if version not in self._routers:
+                factory = self._factory
+                if factory is None:
+                    from nanocrab.memory import default_embedder
+
+                    factory = default_embedder
+                self._routers[version] = await asyncio.to_thread(Router, agents, factory())
+            return self._routers[version]
+
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         if isinstance(event, TaskSubmitted):
             if event.run_id is None or not needs_route(event):
                 return []
+            if self.versions is not None:
+                loaded = await self.versions.ensure(await self.versions.version_at(delivery.seq))
+                if loaded.version and loaded.agents is not None and loaded.agents.routed:
+                    return await self.route(event, agents=loaded.agents, version=loaded.version)
             return await self.route(event)
         if isinstance(event, SessionArchived) and event.session_id:
             return await self.consolidate(event.session_id, delivery.seq)
         return []
 
-    async def route(self, task: TaskSubmitted) -> list[Event]:
-        router = await self.router()
+    async def route(
+        self, task: TaskSubmitted, *, agents: AgentsConfig | None = None, version: str = ""
+    ) -> list[Event]:
+        """``agents``: those of configuration ``version`` (default: ``config``)."""
+        if agents is None:
+            router = await self.router()
+            assert self.config is not None
+            agents = self.config
+        else:
+            router = await self._versioned(version, agents)
         decision = await router.decide(task.text, self.classify)
         out: list[Event] = []
-        vector = await asyncio.to_thread(router.embed, task.text)
-        found = await recall(self.engine, vector, k=self.recall_k, kind="episode",
-                             min_score=self.recall_min)  # fmt: skip
-        if found:
-            out.append(MemoryRecalled(
-                item_ids=[r.item_id for r in found], scores=[r.score for r in found],
-                texts=[r.line() for r in found],
-            ))  # fmt: skip
-        spec = self.config.agent(decision.agent)
+        recall = recaller(self.engine, self._factory, k=self.recall_k, min_score=self.recall_min)
+        recalled = await recall(task.text)
+        if recalled is not None:
+            out.append(recalled)
+        spec = agents.agent(decision.agent)
         out.append(RouteDecided(
             agent=decision.agent, skills=list(spec.skills) if spec else [],
             confidence=max(0.0, decision.score), fallback=decision.method == "fallback",
             score=decision.score, margin=decision.margin, method=decision.method,
         ))  # fmt: skip
         return out
+
+    async def background(self) -> None:
+        """Embed new memory items every ``vectorise_every_s`` (off unless set): the model
+        loads once there is an item, not before."""
+        if not self.vectorise_every_s:
+            return
+        while True:
+            await asyncio.sleep(self.vectorise_every_s)
+            await vectorise(self.engine, self._factory)  # one query when nothing is new
 
     async def consolidate(self, session_id: str, seq: int) -> list[Event]:
         """A summary of the session's episodes as ``memory.consolidated`` (none: nothing)."""

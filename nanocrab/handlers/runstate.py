@@ -20,6 +20,7 @@ from nanocrab.events import (
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     ContextCompacted,
     Event,
     GrantDenied,
@@ -138,8 +139,13 @@ class RunState:
     # guardrail verdicts by (checkpoint, subject id): the first one stands
     verdicts: dict[tuple[str, str], GuardrailChecked] = field(default_factory=dict)
     placeholders: dict[str, str] = field(default_factory=dict)  # the run's redaction table
+    # (checkpoint, subject id) this process pre-screened clean under the run's chain
+    # (handlers/guardrails.py Prescreener): not folded from the log, a local fact; a state
+    # folded again without it waits for the verdict as before
+    prescreened: set[tuple[str, str]] = field(default_factory=set)
     route: RouteDecided | None = None  # the router's choice (the first stands)
     recalled: MemoryRecalled | None = None  # memories for the prompt (the first stands)
+    over_budget: BudgetExceeded | None = None  # the run hit a spending cap (the first stands)
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
@@ -174,8 +180,10 @@ class RunState:
         return self.verdicts.get((checkpoint, target_id))
 
     def waiting_for_verdict(self, checkpoint: str, target_id: str) -> bool:
-        """The run waits at ``checkpoint`` and has no verdict on ``target_id`` yet."""
-        return self.guarded(checkpoint) and (checkpoint, target_id) not in self.verdicts
+        """The run waits at ``checkpoint`` and has no verdict on ``target_id`` yet (nor a clean
+        pre-screen: then the verdict, an ``allow``, is recorded after the fact)."""
+        key = (checkpoint, target_id)
+        return self.guarded(checkpoint) and key not in self.verdicts and key not in self.prescreened
 
     def screened(self, checkpoint: str, target_id: str, text: str) -> str | None:
         """``text`` as the guardrails let it through at ``checkpoint``: redacted when the
@@ -278,6 +286,9 @@ class RunState:
             case MemoryRecalled():
                 if self.recalled is None:
                     self.recalled = event
+            case BudgetExceeded():
+                if self.over_budget is None:
+                    self.over_budget = event
             case GuardrailChecked():
                 self.verdicts.setdefault((event.checkpoint, event.target_id), event)
                 self.placeholders.update(event.placeholders_added)

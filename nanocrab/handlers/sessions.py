@@ -228,7 +228,7 @@ class SessionIndex:
         self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self.log_reads = 0
         """Loads that read the log (the rest were answered by the snapshot and ``_seen``)."""
-        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+        self.reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
         self._cache: OrderedDict[str, SessionEntry] = OrderedDict()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._prefetching: set[asyncio.Task[None]] = set()

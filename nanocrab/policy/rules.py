@@ -14,6 +14,9 @@ Format (every key shown; unknown keys are an error)::
       read_paths: ["/srv/data"] # extra read-only trees (absolute or ~)
       protect_git: true         # .git/config, .git/hooks, .git/modules read-only in the sandbox
       limits: {memory_mb: 4096, processes: 1024, file_size_mb: 1024, open_files: 4096}
+    budgets:                    # spending caps (format: nanocrab/policy/budgets.py)
+      run: {max_usd: 0.5, max_tokens: 200000}
+      tenants: {"*": {max_usd: 10.0}}
     rules:
       - id: read-workspace      # unique, required
         tools: [read, ls, glob, grep]   # canonical tool names, or "*"
@@ -89,6 +92,7 @@ from pydantic import (
 )
 
 from nanocrab.events.values import GrantScope, RiskTier
+from nanocrab.policy.budgets import Budgets
 from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS, host_list
 from nanocrab.policy.programs import Program
 from nanocrab.tools.confine import Confinement, Limits
@@ -315,6 +319,7 @@ class Policy(BaseModel):
     grant_ttl: PositiveInt = 600
     approval: Approval = Approval()
     exec: ExecSettings = ExecSettings()
+    budgets: Budgets = Budgets()  # spending caps (nanocrab/policy/budgets.py)
     rules: tuple[Rule, ...] = ()
 
     _source: str = PrivateAttr(default="<policy>")

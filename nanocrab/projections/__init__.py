@@ -38,7 +38,8 @@ from nanocrab.projections.guardrails import (
     guardrail_alert_rows,
     guardrail_verdict_rows,
 )
-from nanocrab.projections.memory import MemoryProjection, Recalled, recall
+from nanocrab.projections.memory import MemoryProjection
+from nanocrab.projections.memory_search import Recalled, recall
 from nanocrab.projections.projector import Projector
 from nanocrab.projections.sessions import SessionsProjection, session_history
 from nanocrab.projections.spec import BusSpec, reopenable
@@ -49,6 +50,7 @@ from nanocrab.projections.timeline import (
     run_timeline_rows,
     summarize,
 )
+from nanocrab.projections.usage import UsageProjection
 from nanocrab.projections.worker import ProjectionWorker
 
 
@@ -56,7 +58,7 @@ def all_projections() -> list[Projection]:
     """Every read model this version ships, in rebuild order."""
     return [
         RunTimelineProjection(), DeadLettersProjection(), SessionsProjection(), AuditProjection(),
-        CapabilitiesProjection(), GuardrailsProjection(), MemoryProjection(),
+        CapabilitiesProjection(), GuardrailsProjection(), MemoryProjection(), UsageProjection(),
     ]  # fmt: skip
 
 
@@ -109,6 +111,7 @@ __all__ = [
     "RunTimelineProjection",
     "SessionsProjection",
     "TimelineRow",
+    "UsageProjection",
     "VersionRow",
     "ViolationRow",
     "all_projections",

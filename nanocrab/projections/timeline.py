@@ -15,6 +15,7 @@ from nanocrab.events import (
     ApprovalDenied,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     Event,
     GrantDenied,
     GrantIssued,
@@ -22,9 +23,13 @@ from nanocrab.events import (
     GuardrailChecked,
     LlmFailed,
     LlmResponded,
+    MemoryConsolidated,
+    MemoryRecalled,
     ReplySent,
+    RouteDecided,
     RunCompleted,
     RunFailed,
+    RunStarted,
     SecurityRejected,
     TaskSubmitted,
     ToolCompleted,
@@ -54,6 +59,9 @@ def summarize(event: Event, limit: int = 300) -> str:
     match event:
         case TaskSubmitted(text=t) | ReplySent(text=t):
             text = t
+        case RunStarted(agent=agent, config=config):
+            # the configuration version the run is pinned to (docs/reload.md)
+            text = f"agent {agent}, config {config[:12] or 'startup'}"
         case RunCompleted(reply=r):
             text = r
         case RunFailed(kind=k, reason=r):
@@ -85,6 +93,15 @@ def summarize(event: Event, limit: int = 300) -> str:
             text = _verdict(event)
         case AlertRaised(severity=severity, summary=summary):
             text = f"{severity}: {summary}"
+        case MemoryRecalled(item_ids=ids, scores=scores):
+            # the sources a run's prompt was given, best first
+            text = ", ".join(f"{i} {s:.2f}" for i, s in zip(ids, scores, strict=False))
+        case RouteDecided(agent=agent, method=method, score=score, margin=margin):
+            text = f"{agent} by {method} (score {score:.2f}, margin {margin:.2f})"
+        case MemoryConsolidated(episode_id=eid, summary=summary):
+            text = f"{eid}: {summary}"
+        case BudgetExceeded(scope=scope, key=key, spent_usd=usd, spent_tokens=tokens):
+            text = f"{scope} {key}: spent ${usd:.4f}, {tokens} tokens"
         case _:
             text = ""
     return text if len(text) <= limit else text[: limit - 1] + "…"

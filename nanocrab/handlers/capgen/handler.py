@@ -73,7 +73,7 @@ class CapgenHandler:
         self.test_limits = test_limits
         self.llm_attempts = llm_attempts
         self.backoff_s = backoff_s
-        self.reader = DirectReader(log.nc, log.cfg.log_stream)
+        self.reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         assert isinstance(event, CapabilityRequested)

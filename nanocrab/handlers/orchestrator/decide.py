@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from nanocrab.agents import enabled_tools, profile
 from nanocrab.events import (
+    BudgetExceeded,
     Event,
     GuardrailChecked,
     LlmRequested,
@@ -40,9 +41,11 @@ from nanocrab.events import (
     child_run_id,
 )
 from nanocrab.handlers.conversation import text_of
+from nanocrab.handlers.orchestrator.budget import Spending, over_budget
 from nanocrab.handlers.orchestrator.commands import run_command
 from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS, SpawnArgs
 from nanocrab.handlers.runstate import CallState, RunState
+from nanocrab.policy.budgets import Budgets
 
 
 def max_steps(state: RunState) -> int:
@@ -59,6 +62,58 @@ def deadline(state: RunState) -> datetime | None:
 
 
 def decide(
+    state: RunState,
+    now: datetime,
+    *,
+    guarded: frozenset[str] = frozenset(),
+    routed: bool = False,
+    budgets: Budgets | None = None,
+    spending: Spending = Spending(),
+) -> list[Event]:
+    """The next events of the run (see the module docstring).
+
+    ``budgets``: the policy's spending caps; with them (or a task carrying a ``budget``) a
+    decision that would call the model is checked first (``budget.py``), and a run over a cap
+    ends with ``budget.exceeded`` + ``run.failed{kind: budget}`` instead. ``spending``: what
+    the other runs of the run's session, agent and tenant spent (the reactor reads it from the
+    usage view when a shared cap is set)."""
+    out = _decide(state, now, guarded=guarded, routed=routed)
+    if state.task is None or state.terminal or (budgets is None and state.task.budget is None):
+        return out
+    return _within_budget(state, out, budgets or Budgets(), spending)
+
+
+def _within_budget(
+    state: RunState, out: list[Event], budgets: Budgets, spending: Spending
+) -> list[Event]:
+    """``out``, unless it calls the model past a cap: then the run ends over budget. Once a
+    ``budget.exceeded`` is in the run, every later decision only ends the run."""
+    at = next((i for i, e in enumerate(out) if isinstance(e, LlmRequested)), None)
+    over = state.over_budget
+    if over is None:
+        if at is None:
+            return out
+        request = out[at]
+        assert isinstance(request, LlmRequested)
+        over = over_budget(state, budgets, spending, agent=agent_of(state), turn=request.turn)
+        if over is None:
+            return out
+        head: list[Event] = [*out[:at], over]
+    else:
+        head = [e for e in out[: len(out) if at is None else at] if isinstance(e, ReplySent)]
+    return [*head, *_finish_failed(state, "budget", budget_reason(over))]
+
+
+def budget_reason(over: BudgetExceeded) -> str:
+    """The ``run.failed`` reason of a run over budget: which cap, what was spent."""
+    if over.limit == "usd":
+        spent = f"${over.spent_usd:.4f} of ${over.max_usd}"
+    else:
+        spent = f"{over.spent_tokens} of {over.max_tokens} tokens"
+    return f"the {over.scope} budget ({over.key}) is spent: {spent}"
+
+
+def _decide(
     state: RunState,
     now: datetime,
     *,
@@ -195,7 +250,7 @@ def _finish_completed(state: RunState, answer: str, reply: list[Event]) -> list[
 
 
 def _finish_failed(
-    state: RunState, kind: Literal["llm", "timeout", "max_steps"], reason: str
+    state: RunState, kind: Literal["llm", "timeout", "max_steps", "budget"], reason: str
 ) -> list[Event]:
     return [
         RunFailed(kind=kind, reason=reason),
@@ -265,6 +320,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
             skills=args.skills,
             workspace=state.task.workspace,
             capabilities=state.task.capabilities,  # a child never holds more than its parent
+            budget=state.task.budget,  # nor may it spend more in one run
             run_id=child,
             task_id=state.task.task_id,
             session_id=child,
@@ -291,9 +347,9 @@ def _opening(state: RunState, guarded: frozenset[str]) -> list[Event]:
     assert state.task is not None
     if "task_input" in guarded:
         verdict = state.verdict("task_input", state.task.id)
-        if verdict is None:
+        if verdict is None and ("task_input", state.task.id) not in state.prescreened:
             return []  # waiting for the guardrails
-        if verdict.action == "block":
+        if verdict is not None and verdict.action == "block":
             reason = verdict.reason or "blocked by the guardrails"
             refusal: list[Event] = []
             if state.reply is None:
@@ -325,7 +381,7 @@ def _output_unchecked(state: RunState, call: CallState) -> bool:
     blocked = state.verdict("tool_call", call.call_id)
     if blocked is not None and blocked.action in ("block", "redact"):
         return False
-    return state.verdict("tool_output", call.call_id) is None
+    return state.waiting_for_verdict("tool_output", call.call_id)
 
 
 def _cleared(state: RunState, mode: Literal["steer", "follow_up"]) -> list[MessageQueued]:

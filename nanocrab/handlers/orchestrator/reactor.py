@@ -22,7 +22,9 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
+import msgspec
 import nats.errors
 
 from nanocrab.agents import profile
@@ -48,10 +50,16 @@ from nanocrab.events import (
     ToolSkipped,
     utcnow,
 )
-from nanocrab.handlers.orchestrator.decide import deadline, decide
+from nanocrab.handlers.orchestrator.budget import UsageView
+from nanocrab.handlers.orchestrator.decide import agent_of, deadline, decide
 from nanocrab.handlers.orchestrator.rejections import DeadLetter, TaskRejected, reject, task_run
 from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.runstate import RunState, Trust
+from nanocrab.policy.budgets import Budgets
+from nanocrab.reload import ConfigView
+
+if TYPE_CHECKING:  # the guardrails library loads only where guardrails are on
+    from nanocrab.handlers.guardrails import Prescreener
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +113,25 @@ class Orchestrator:
         trust: Trust | None = None,
         guarded: frozenset[str] = frozenset(),
         routed: bool = False,
+        config: ConfigView | None = None,
+        prescreen: Prescreener | None = None,
+        budgets: Budgets | None = None,
+        usage: UsageView | None = None,
     ) -> None:
         """``trust`` says which signed grants to believe (a ``spawn`` runs on its grant);
         ``None`` believes every grant — for tests of the loop alone. ``guarded``: the guardrail
         checkpoints new runs wait for (pinned in their ``run.started``; the guardrails chain
-        has a filter for them), empty without guardrails."""
+        has a filter for them), empty without guardrails. ``config``: the versioned
+        configuration; a run pins the version active at the event that starts it
+        (``run.started.config``, docs/reload.md). ``prescreen``: what a guarded checkpoint is
+        about to receive is pre-screened here, and a run moves on without waiting for a
+        verdict that can only be a clean ``allow`` (``handlers/guardrails.py``). ``budgets``:
+        the spending caps checked before each model call; ``usage`` the spending of other runs
+        for the caps of sessions, agents and tenants (``budget.py``)."""
+        self.budgets = budgets
+        self.usage = usage
+        self.config = config
+        self.prescreen = prescreen
         self.name = name
         self.guarded = guarded
         self.routed = routed  # a router decides the agent of tasks naming none: wait for it
@@ -135,7 +157,9 @@ class Orchestrator:
             if isinstance(event, RunCompleted | RunFailed):
                 self._ended(event.run_id)
             return []
-        state, reaction = await self._decide(event.run_id)
+        state, reaction = await self._decide(event.run_id, event)
+        if self.config is not None and state.status == "new":
+            reaction = await self._pin(reaction, delivery.seq)
         if not state.terminal:
             self._moving[event.run_id] = time.monotonic()
         self._note(state, reaction.events)  # after: a run this decision ends stops moving
@@ -143,6 +167,19 @@ class Orchestrator:
             await self._start(event, reaction)
             return []
         return reaction
+
+    async def _pin(self, reaction: Reaction, seq: int) -> Reaction:
+        """Pin the configuration version active at stream sequence ``seq`` in the run's
+        ``run.started`` (every orchestrator instance computes the same one from the log)."""
+        assert self.config is not None
+        if not any(isinstance(e, RunStarted) for e in reaction.events):
+            return reaction
+        version = await self.config.version_at(seq)
+        events = [
+            msgspec.structs.replace(e, config=version) if isinstance(e, RunStarted) else e
+            for e in reaction.events
+        ]
+        return Reaction(events, expect=reaction.expect, chained=reaction.chained)
 
     async def _start(self, task: TaskSubmitted, reaction: Reaction) -> None:
         """Append the decision that starts a run, and make sure it landed on the run.
@@ -185,15 +222,45 @@ class Orchestrator:
             log.warning("orchestrator: rejected the task of run %s: %s", run_id, e.reason)
         return Reaction(events, expect=Expect(state.seq, self.loader.scope(run_id)))
 
-    async def _decide(self, run_id: str) -> tuple[RunState, Reaction]:
-        """The decision on the run as the log has it now, guarded by the run's last sequence."""
+    async def _decide(self, run_id: str, event: Event | None = None) -> tuple[RunState, Reaction]:
+        """The decision on the run as the log has it now, guarded by the run's last sequence
+        (``event``: the one being handled, pre-screened first when guardrails are on)."""
         state = await self.loader.state(run_id)
+        if event is not None and self.prescreen is not None:
+            self.prescreen.event(state, event)
         self._watch(state)
-        decision = decide(state, utcnow(), guarded=self.guarded, routed=self.routed)
+        now = utcnow()
+        budgets = await self._budgets(state)
+        decision = decide(state, now, guarded=self.guarded, routed=self.routed, budgets=budgets)
+        if (
+            self.usage is not None
+            and budgets is not None
+            and budgets.shared
+            and state.task is not None
+            and any(isinstance(e, LlmRequested) for e in decision)
+        ):  # a model call under a shared cap: decided again with the other runs' spending
+            spending = await self.usage.spending(
+                run_id=run_id,
+                session_id=state.task.session_id,
+                agent=agent_of(state),
+                tenant=state.task.tenant,
+            )
+            decision = decide(state, now, guarded=self.guarded, routed=self.routed,
+                              budgets=budgets, spending=spending)  # fmt: skip
         if state.terminal and not decision:
             self.loader.forget(run_id)
         guard = Expect(state.seq, self.loader.scope(run_id))
         return state, Reaction(decision, expect=guard, chained=True)
+
+    async def _budgets(self, state: RunState) -> Budgets | None:
+        """The spending caps of the run's pinned configuration version (hot reload: a run keeps
+        the caps it started under), else ``budgets`` as given."""
+        budgets = self.budgets
+        if self.config is not None and budgets is not None:
+            pin = state.started.config if state.started is not None else None
+            loaded = await self.config.ensure(pin) if pin else self.config.get(pin)
+            budgets = loaded.policy.budgets
+        return budgets if budgets is not None and budgets.any else None
 
     def _note(self, state: RunState, decision: Sequence[Event]) -> None:
         """Bookkeeping for a decision about to be appended: a run it starts gets its deadline, a

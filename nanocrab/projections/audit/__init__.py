@@ -26,6 +26,7 @@ Core statements, identical on SQLite and PostgreSQL; since the fold depends only
 a rebuild gives the same rows whatever the batch boundaries.
 """
 
+from nanocrab.projections.audit.budgets import BudgetRow, audit_budgets, budget_stops
 from nanocrab.projections.audit.fold import AuditProjection
 from nanocrab.projections.audit.queries import (
     ApprovalRow,
@@ -50,14 +51,17 @@ __all__ = [
     "ApprovalRow",
     "AuditProjection",
     "AuditRow",
+    "BudgetRow",
     "ViolationRow",
     "approval_row",
     "audit_approvals",
+    "audit_budgets",
     "audit_events",
     "audit_invocations",
     "audit_revocations",
     "audit_rows",
     "audit_violations",
+    "budget_stops",
     "pending_approvals",
     "violations",
 ]

@@ -14,6 +14,7 @@ from nanocrab.events import (
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     Event,
     GrantDenied,
     GrantIssued,
@@ -25,6 +26,7 @@ from nanocrab.events import (
     ToolSkipped,
     ToolStarted,
 )
+from nanocrab.projections.audit.budgets import audit_budgets, budget_row
 from nanocrab.projections.audit.rows import (
     Key,
     _Answer,
@@ -68,6 +70,7 @@ class _Fold:
         self.approvals: dict[Key, _Approval] = {}
         self.revocations: dict[Key, dict[str, Any]] = {}  # by (run, grant id)
         self.violations: dict[str, dict[str, Any]] = {}
+        self.budgets: dict[str, dict[str, Any]] = {}  # by budget.exceeded id
         self.by_grant: dict[Key, Key] = {}  # (run, grant id) -> the call
         self.by_approval: dict[Key, set[Key]] = {}  # (its run, approval id) -> the calls on it
         self.dirty_calls: set[Key] = set()
@@ -305,6 +308,8 @@ class _Fold:
                     c.set_error("security", f"rejected: {e.reason}")
                     if e.rejected_type == "grant.issued" and c.grant_event_id == e.rejected_id:
                         self._forget_grant(c)
+            case BudgetExceeded():
+                self.budgets[e.id] = budget_row(e)
             case _:
                 pass
 
@@ -335,12 +340,14 @@ class _Fold:
             [self.revocations[k] for k in self.dirty_revocations],
         )
         await _replace(conn, audit_violations, ("id",), list(self.violations.values()))
+        await _replace(conn, audit_budgets, ("id",), list(self.budgets.values()))
 
 
 class AuditProjection:
     name = "audit"
     tables = (
         audit_invocations, audit_approvals, audit_violations, audit_revocations, audit_events,
+        audit_budgets,
     )  # fmt: skip
     lazy_checkpoint_s = 1.0
     gather_s = 0.1  # a run's calls land in a few transactions, not one per event

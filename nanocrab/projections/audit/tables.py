@@ -20,6 +20,7 @@ from nanocrab.events import (
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
@@ -154,6 +155,7 @@ audit_events = applied_events("audit")
 _AUDITED = (
     ToolRequested, GrantIssued, GrantDenied, GrantRevoked, ToolStarted, ToolCompleted, ToolSkipped,
     ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired, SecurityRejected,
+    BudgetExceeded,
 )  # fmt: skip
 
 _ERROR_RANK = {"security": 0, "revoke": 1, "approval": 2, "grant": 3, "tool": 4}

@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
+from nanocrab.yamlfile import parse_model
 
 if TYPE_CHECKING:
     from nanocrab.memory import Embedder, Vectors
@@ -97,27 +96,10 @@ def load_agents(path: Path) -> AgentsConfig:
 
 
 def parse_agents(text: str, source: str = "<agents.yaml>") -> AgentsConfig:
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is not None and (duplicate := duplicate_key(node, source)) is not None:
-            raise AgentsError(duplicate)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        raise AgentsError(yaml_problem(exc, source, "agents files")) from exc
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise AgentsError(f"{source}:1: agents.yaml is a mapping with 'version: 1' and 'agents'")
-    try:
-        return AgentsConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        line = line_of(node, loc)
-        where = f"{source}:{line}" if line else source
-        path = ".".join(str(p) for p in loc) or "agents.yaml"
-        raise AgentsError(f"{where}: {path}: {err['msg']}") from exc
+    return parse_model(
+        text, source, AgentsConfig, AgentsError, what="agents files",
+        shape="agents.yaml is a mapping with 'version: 1' and 'agents'",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,12 @@ helpers only *describe* a problem with the file and line; each loader raises its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def yaml_problem(exc: yaml.YAMLError, source: str, what: str) -> str:
@@ -64,3 +67,33 @@ def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
             break
         current = child
     return current.start_mark.line + 1
+
+
+def parse_model(
+    text: str, source: str, model: type[M], error: type[Exception], *, what: str, shape: str
+) -> M:
+    """``text`` read as plain YAML data (no tags, no duplicate keys) and validated as ``model``;
+    every problem raises ``error("source:line: ...")``. ``what`` names the file kind in the
+    message about refused tags (``"agents files"``); ``shape`` says what the top level must be
+    (``"agents.yaml is a mapping with 'version: 1' and 'agents'"``)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and (duplicate := duplicate_key(node, source)) is not None:
+            raise error(duplicate)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        raise error(yaml_problem(exc, source, what)) from exc
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise error(f"{source}:1: {shape}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        line = line_of(node, loc)
+        where = f"{source}:{line}" if line else source
+        path = ".".join(str(p) for p in loc) or source.rsplit("/", 1)[-1].strip("<>")
+        raise error(f"{where}: {path}: {err['msg']}") from exc

@@ -26,10 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
+from nanocrab.yamlfile import parse_model
 
 BUNDLED = Path(__file__).with_name("skillmap.yaml")
 
@@ -89,24 +88,7 @@ def load_skillmap(path: Path) -> SkillMap:
 
 
 def parse_skillmap(text: str, source: str = "<skillmap.yaml>") -> SkillMap:
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is not None and (duplicate := duplicate_key(node, source)) is not None:
-            raise SkillMapError(duplicate)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        raise SkillMapError(yaml_problem(exc, source, "skill maps")) from exc
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise SkillMapError(f"{source}:1: a skill map is a mapping with 'version: 1' and 'types'")
-    try:
-        return SkillMap.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        line = line_of(node, loc)
-        where = f"{source}:{line}" if line else source
-        path = ".".join(str(p) for p in loc) or "skillmap.yaml"
-        raise SkillMapError(f"{where}: {path}: {err['msg']}") from exc
+    return parse_model(
+        text, source, SkillMap, SkillMapError, what="skill maps",
+        shape="a skill map is a mapping with 'version: 1' and 'types'",
+    )  # fmt: skip

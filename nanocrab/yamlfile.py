@@ -69,6 +69,29 @@ def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return current.start_mark.line + 1
 
 
+def read_yaml(
+    text: str, source: str, error: type[Exception], *, what: str, empty: str | None = None
+) -> tuple[Any, yaml.Node | None]:
+    """``text`` as plain YAML data and its node (for :func:`line_of`); tags, several documents
+    and duplicate keys raise ``error("source:line: ...")``. ``what`` names the file kind in the
+    message about refused tags (``"policy files"``); with ``empty``, an empty file raises
+    ``error(f"{source}: {empty}")`` instead of reading as ``None``."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            if empty is not None:
+                raise error(f"{source}: {empty}")
+            return None, None
+        if (duplicate := duplicate_key(node, source)) is not None:
+            raise error(duplicate)
+        return loader.construct_document(node), node
+    except yaml.YAMLError as exc:
+        raise error(yaml_problem(exc, source, what)) from exc
+    finally:
+        loader.dispose()
+
+
 def parse_model(
     text: str, source: str, model: type[M], error: type[Exception], *, what: str, shape: str
 ) -> M:
@@ -76,16 +99,7 @@ def parse_model(
     every problem raises ``error("source:line: ...")``. ``what`` names the file kind in the
     message about refused tags (``"agents files"``); ``shape`` says what the top level must be
     (``"agents.yaml is a mapping with 'version: 1' and 'agents'"``)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is not None and (duplicate := duplicate_key(node, source)) is not None:
-            raise error(duplicate)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        raise error(yaml_problem(exc, source, what)) from exc
-    finally:
-        loader.dispose()
+    data, node = read_yaml(text, source, error, what=what)
     if not isinstance(data, dict):
         raise error(f"{source}:1: {shape}")
     try:

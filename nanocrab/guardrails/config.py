@@ -62,7 +62,7 @@ from nanocrab.guardrails.lists import CompiledList
 from nanocrab.guardrails.model import Action, CheckContext, Checkpoint, Finding
 from nanocrab.guardrails.pii import ENTITIES, Entity, detect_pii
 from nanocrab.guardrails.secrets import detect_secrets
-from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
+from nanocrab.yamlfile import line_of, read_yaml
 
 BUNDLED = "default.yaml"
 _FILTER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -354,18 +354,10 @@ def load_guardrails(path: Path | None = None) -> GuardrailsConfig:
 
 def parse_guardrails(text: str, source: str = "<string>") -> GuardrailsConfig:
     """Parse and validate guardrails YAML held in memory (``source`` names it in errors)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise GuardrailsError(f"{source}: the file is empty; it needs at least 'version: 1'")
-        if (duplicate := duplicate_key(node, source)) is not None:
-            raise GuardrailsError(duplicate)
-        data = loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise GuardrailsError(yaml_problem(exc, source, "guardrails files")) from exc
-    finally:
-        loader.dispose()
+    data, node = read_yaml(
+        text, source, GuardrailsError, what="guardrails files",
+        empty="the file is empty; it needs at least 'version: 1'",
+    )  # fmt: skip
     return _validate(data, source, node)
 
 

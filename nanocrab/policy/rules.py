@@ -97,7 +97,7 @@ from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS
 from nanocrab.policy.programs import Program
 from nanocrab.tools.confine import Confinement, Limits
 from nanocrab.tools.confine.env import SECRET_PATTERNS, secret_like
-from nanocrab.yamlfile import duplicate_key, line_of, yaml_problem
+from nanocrab.yamlfile import line_of, read_yaml
 
 BUNDLED = "default.yaml"
 PROTECTED_RULE = "nanocrab-data"  # the engine's built-in rule: the data directory
@@ -360,18 +360,10 @@ def load_policy(path: Path | None = None) -> Policy:
             text = path.read_text("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"{source}: cannot read the policy file: {exc}") from exc
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise PolicyError(f"{source}: the policy file is empty; it needs at least 'version: 1'")
-        if (duplicate := duplicate_key(node, source)) is not None:
-            raise PolicyError(duplicate)
-        data = loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise PolicyError(yaml_problem(exc, source, "policy files")) from exc
-    finally:
-        loader.dispose()
+    data, node = read_yaml(
+        text, source, PolicyError, what="policy files",
+        empty="the policy file is empty; it needs at least 'version: 1'",
+    )  # fmt: skip
     return _validate(data, source, node)
 
 

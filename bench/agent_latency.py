@@ -33,6 +33,20 @@ from _common import machine, pct, summary_ms
 from nanocrab.bus.tracing import configure_tracing
 
 
+TASK_TEXT = "what is in notes.txt?"
+TEXTS = [
+    f"{verb} notes.txt{tail}"
+    for tail in ("", " please", " and tell me", " for me", " quickly", " in the workspace",
+                 " briefly", " now", " so I can plan", " before lunch", " and summarise it",
+                 " for the review", " word for word", " again", " from the top")
+    for verb in ("what is in", "read", "show me", "open", "look at", "check", "summarise",
+                 "tell me about", "go through", "list what is in", "have a look at",
+                 "what does it say in", "read out", "inspect", "skim", "peek into",
+                 "what's written in", "print", "explain", "review", "scan")
+]
+"""315 distinct wordings of the one-tool task (the scripted model answers all alike)."""
+
+
 async def main(
     runs: int,
     warmup: int,
@@ -41,6 +55,7 @@ async def main(
     switch_ms: float | None,
     traces: str,
     config: str,
+    texts: str = "varied",
 ) -> None:
     if switch_ms is not None:
         sys.setswitchinterval(switch_ms / 1000)
@@ -52,7 +67,7 @@ async def main(
         configure_tracing("agent-latency", exporter="console", console_path=trace_file)
     print(
         f"machine: {machine()} · config: {config} · projections: {projections} · "
-        f"traces: {traces} · "
+        f"traces: {traces} · task texts: {texts} · "
         f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms"
     )
     print(calibration())
@@ -67,7 +82,7 @@ async def main(
             if i == warmup:
                 cpu.start()
                 bench.handle_times.clear()
-            task = bench.task()
+            task = bench.task(TEXTS[i % len(TEXTS)] if texts == "varied" else TASK_TEXT)
             secs, outcome = await bench.run_one(task)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             if i >= warmup:
@@ -147,7 +162,16 @@ if __name__ == "__main__":
         default=None,
         help="diagnosis: sys.setswitchinterval (the GIL hand-off interval, default 5 ms)",
     )
+    ap.add_argument(
+        "--texts",
+        choices=("varied", "same"),
+        default="varied",
+        help="varied (default): each run's task is worded differently, as users' are, so "
+        "embeddings (guardrails, memory recall) are computed, not served from the cache; same: "
+        "one text for every run",
+    )
     a = ap.parse_args()
     asyncio.run(
-        main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms, a.traces, a.config)
+        main(a.runs, a.warmup, a.breakdown, a.projections, a.switch_interval_ms, a.traces,
+             a.config, a.texts)
     )

@@ -10,7 +10,10 @@ Malformed input and poison events are terminated and recorded as ``bus.malformed
 ``bus.dead_lettered`` events (pointing at the original bytes by stream sequence); the loop goes
 on with the next message. An event stored on another subject than its own
 (``bus/placement.py``) is malformed input: ``bus.malformed`` with kind ``invalid``.
-Transient failures are nak'd with backoff until ``max_deliver``. The subscription is re-created
+Transient failures are nak'd with backoff until ``max_deliver``; so is a bus failure (a read
+or an append that failed or timed out, e.g. while a replicated stream elects a leader), whether
+the reactor's own I/O raised it or the append of its reaction: the event was not at fault, and a
+delivery is acknowledged only once its reactions are stored. The subscription is re-created
 after a server restart. Bus failures are classified (``bus/failures.py``): a permanent one (a full
 log, a missing stream) is logged at ERROR, kept in ``failure`` and retried slowly.
 """
@@ -80,6 +83,10 @@ class RuntimeOptions:
     max_ack_pending: int = 1000
     permanent_retry_s: float = 10.0
     """Pause before retrying after a permanent failure (a full log, a missing stream)."""
+    stop_grace_s: float = 0.25
+    """How long a stopping handler waits for messages already sent to its open pull, which
+    would otherwise be redelivered only after ``ack_wait``. A one-shot command that has seen
+    its run end sets it low: it has nothing left to wait for."""
     concurrency: int = 1
     """Events handled at once. Above 1, events of different runs are handled side by side (and
     acknowledged out of order); the events of one run are still handled one after another, in
@@ -456,7 +463,7 @@ class HandlerRuntime:
         if fetch not in done:
             # stopping: messages already on their way to this pull are handled, not left to
             # time out unacked (they would be redelivered to the next instance after ack_wait)
-            done, _ = await asyncio.wait({fetch}, timeout=0.25)
+            done, _ = await asyncio.wait({fetch}, timeout=self.opts.stop_grace_s)
             if fetch not in done:
                 fetch.cancel()
                 with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
@@ -500,6 +507,11 @@ class HandlerRuntime:
                 return
             except Exception as exc:
                 keepalive.cancel()
+                if _bus_failure(exc):  # the bus failed the handler (a read timed out while a
+                    # stream elected a leader), not the event: retried, or waited out if lasting
+                    span.set_status(Status(StatusCode.ERROR, repr(exc)))
+                    await self._bus_failed(msg, exc)
+                    return
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, repr(exc)))
                 await self._dead_letter(msg, BusDeadLettered, "poison", _describe(exc))
@@ -515,6 +527,10 @@ class HandlerRuntime:
                 return
             except PublishRefused as exc:  # not this identity's to publish: retrying cannot help
                 await self._dead_letter(msg, BusDeadLettered, "poison", str(exc))
+                return
+            except _RETRYABLE as exc:  # not stored, or not known to be: never acknowledged
+                span.set_status(Status(StatusCode.ERROR, repr(exc)))
+                await self._bus_failed(msg, exc)
                 return
             await msg.ack()
         self.processed += 1
@@ -533,7 +549,18 @@ class HandlerRuntime:
             with contextlib.suppress(*_CONNECTION_ERRORS):
                 await msg.in_progress()
 
-    async def _retry_or_give_up(self, msg: Msg, exc: TransientError) -> None:
+    async def _bus_failed(self, msg: Msg, exc: Exception) -> None:
+        """A bus failure while handling ``msg`` (a read or an append): a transient one has the
+        delivery retried with backoff, like a :class:`TransientError`; a permanent one (a full
+        log) goes up to :meth:`run`, which records it and pauses (``msg`` is redelivered after
+        ``ack_wait``)."""
+        if severity(exc) == "permanent":
+            raise exc
+        log.warning("handler %s: retrying seq %s after %r", self.durable,
+                 msg.metadata.sequence.stream, exc)  # fmt: skip
+        await self._retry_or_give_up(msg, exc)
+
+    async def _retry_or_give_up(self, msg: Msg, exc: Exception) -> None:
         delivered = msg.metadata.num_delivered or 1
         if delivered >= self.opts.max_deliver:
             await self._dead_letter(
@@ -675,6 +702,17 @@ def _run_key(subject: str) -> str | None:
     if len(tokens) == 6 and tokens[2] == "run":
         return f"{tokens[1]}.{tokens[3]}"
     return None
+
+
+_RETRYABLE = (BusError, nats.errors.Error)
+"""Failures of the bus, as opposed to the event: the delivery is retried with backoff (and
+dead-lettered only if the bus is still failing after ``max_deliver`` deliveries)."""
+
+
+def _bus_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a reactor, is a failure of the bus it reads and appends
+    through rather than of the event (:class:`PublishRefused` is a wiring bug: poison)."""
+    return isinstance(exc, _RETRYABLE) and not isinstance(exc, PublishRefused)
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ from typing import Literal
 
 import typer
 
-from nanocrab.bus import EventLog, Stored, append_traced, read, read_run
+from nanocrab.bus import EventLog, RuntimeOptions, Stored, append_traced, read, read_run
 from nanocrab.cli.agent import SessionFile
 from nanocrab.cli.answers import answer_for, interactive, prompt_for
 from nanocrab.cli.common import console, err
@@ -57,7 +57,10 @@ async def run_task(
             reactors = build_reactors(
                 log, engine, settings, default_workspace=workspace, provider=provider, log_for=logs
             )
-            host = Host(log, engine, reactors, log_for=logs)
+            # the run has ended when this host stops: no pull is worth a grace period
+            host = Host(
+                log, engine, reactors, log_for=logs, options=RuntimeOptions(stop_grace_s=0.02)
+            )
             await host.start()
         try:
             mode = approvals or ("prompt" if interactive() and not json_ else "print")

@@ -97,6 +97,7 @@ class Projector:
         self._flushed_at = 0.0
         self._committed_at = 0.0
         self._stopping = asyncio.Event()
+        self._queue: _Batcher | None = None
         self._ready = False
 
     @property
@@ -202,6 +203,8 @@ class Projector:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._queue is not None:
+            self._queue.wake()  # a waiting take returns now, not at its timeout
 
     async def run(self) -> None:
         """Follow the log until ``stop()``; survive server restarts by re-subscribing."""
@@ -427,6 +430,7 @@ class Projector:
     async def _follow(self, generation: int) -> None:
         reconnects = reconnects_of(self.log.nc)
         queue, sub = await self._subscribe()
+        self._queue = queue
         try:
             gather_s = float(getattr(self.projection, "gather_s", 0.0))
             while not self._stopping.is_set() and reconnects.generation == generation:
@@ -447,6 +451,7 @@ class Projector:
                     # `status` computes from the checkpoint is the real one
                     await self.flush_checkpoint()
         finally:
+            self._queue = None
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
                 await sub.unsubscribe()
 
@@ -535,6 +540,10 @@ class _Batcher:
         if len(self.buf) >= self.size or pos.pending == 0:
             self.full.set()
 
+    def wake(self) -> None:
+        """End a waiting :meth:`take` early (it returns ``None`` when nothing arrived)."""
+        self.nonempty.set()
+
     async def take(self, timeout_s: float) -> list[tuple[Msg, Position]] | None:
         """The next batch, or ``None`` when nothing arrived within ``timeout_s``."""
         if not self.buf:
@@ -542,6 +551,8 @@ class _Batcher:
             try:
                 await asyncio.wait_for(self.nonempty.wait(), timeout_s)
             except TimeoutError:
+                return None
+            if not self.buf:  # woken by wake()
                 return None
         if len(self.buf) < self.size and self.buf[-1][1].pending > 0:
             self.full.clear()

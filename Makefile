@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 
-.PHONY: install browser run test lint bench clean
+.PHONY: install browser sshd run test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ browser:
 	command -v chromium >/dev/null || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium \
 	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium; }
 
+## Debian's OpenSSH server for the ssh operations backend's tests (tests/test_tools_ssh.py start
+## their own sshd on loopback with their own keys and configuration; the system's is not used).
+## Installed only where it is missing; needs root or sudo.
+sshd:
+	test -x /usr/sbin/sshd || $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y openssh-server \
+	  || { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y openssh-server; }
+
 ## The main job: an agent fixes a small project in a temporary workspace on the embedded
 ## nats-server (offline model without ANTHROPIC_API_KEY), then its timeline and token usage.
 run: install
@@ -29,7 +36,7 @@ run: install
 
 ## Lint, type-check (mypy --strict on nanocrab/), then the whole suite against a real
 ## nats-server (from the wheel), SQLite and PostgreSQL.
-test: install browser
+test: install browser sshd
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q

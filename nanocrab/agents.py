@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 ALL_HOST_TOOLS = ("read", "write", "edit", "ls", "glob", "grep", "exec", "web_fetch", "python")
+
+
+class ModelChoice(BaseModel):
+    """A failover target: ``model`` on ``provider`` (``None``: the LLM handler's own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(min_length=1)
+    provider: str | None = None
 
 
 class AgentProfile(BaseModel):
@@ -17,7 +28,12 @@ class AgentProfile(BaseModel):
     skills: tuple[str, ...] = ()  # preloaded: their bodies go into the system prompt
     max_steps: int = Field(default=25, ge=1, le=500)
     timeout_s: float = Field(default=900.0, gt=0)
+    planner: bool = False
+    """Plan first (the ``plan`` tool), then work step by step with each step's declared tools
+    (handlers/orchestrator/plan.py)."""
     model: str | None = None  # the model of this agent's runs (agents.yaml); None: the default
+    # failover: the models tried after ``model``, in order (nanocrab/llm/failover.py)
+    models: tuple[ModelChoice, ...] = ()
 
 
 DEFAULT = AgentProfile(
@@ -50,7 +66,15 @@ PROFILES: dict[str, AgentProfile] = {p.name: p for p in (DEFAULT, EXPLORER)}
 
 def profile(name: str) -> AgentProfile:
     """The named profile; unknown names fall back to ``default`` (the router may name others)."""
-    return PROFILES.get(name, DEFAULT)
+    return PROFILES.get(name) or PROFILES.get("default", DEFAULT)
+
+
+def add_default_tools(names: Sequence[str]) -> None:
+    """Give the ``default`` profile (this process) more tools, after its own: the tools of the
+    MCP servers of ``mcp.yaml``. Other profiles get them by naming them (agents.yaml)."""
+    base = PROFILES.get("default", DEFAULT)
+    extra = tuple(n for n in names if n not in base.tools)
+    PROFILES["default"] = base.model_copy(update={"tools": (*base.tools, *extra)})
 
 
 def enabled_tools(agent: str, requested: list[str] | None) -> list[str]:

@@ -13,6 +13,13 @@
         tools: [read, write, edit, exec]     # optional: the profile's tools (None = default's)
         skills: []                            # preloaded skills
         model: null                           # optional: the model of its runs
+        models: [claude-haiku-4-5]            # optional: failover models, in order (a name,
+                                              # or {provider: NAME, model: NAME})
+      - name: todo-counter                    # a Python agent (docs/agents.md): its code
+        description: Counts TODO markers.     # plays the model's part of its runs
+        module: agents/todo_counter.py        # relative to this file's directory
+        class: TodoCounter                    # optional: default ``Agent``
+        tools: [ls, grep, read]
 
 The decision (:meth:`Router.decide`): the task is embedded; each agent's score is the mean
 cosine similarity between the task and the agent's description and examples (its centroid's
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nanocrab.agents import ModelChoice
 from nanocrab.yamlfile import parse_model
 
 if TYPE_CHECKING:
@@ -47,7 +55,7 @@ class AgentsError(Exception):
 
 
 class AgentSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")
     description: str = Field(min_length=1)
@@ -55,6 +63,20 @@ class AgentSpec(BaseModel):
     tools: tuple[str, ...] | None = None
     skills: tuple[str, ...] = ()
     model: str | None = None
+    models: tuple[str | ModelChoice, ...] = ()  # failover, after ``model`` (llm/failover.py)
+    planner: bool = False  # plans first, then runs step by step (events/plans.py)
+    # a Python agent: the module (a .py path relative to the directory of the agents.yaml
+    # declaring it) and its class; its runs are answered by its code (nanocrab/pyagent)
+    module: str | None = Field(default=None, pattern=r"\.py$")
+    agent_class: str | None = Field(
+        default=None, alias="class", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"
+    )
+
+    @model_validator(mode="after")
+    def _python(self) -> AgentSpec:
+        if self.agent_class is not None and self.module is None:
+            raise ValueError(f"agent {self.name!r}: 'class' needs a 'module'")
+        return self
 
 
 class AgentsConfig(BaseModel):
@@ -197,13 +219,17 @@ def agents_file(home: Path, environ: Mapping[str, str]) -> Path | None:
     return path if path.is_file() else None
 
 
-def install_profiles(config: AgentsConfig) -> None:
+def install_profiles(config: AgentsConfig, *, only_new: bool = False) -> None:
     """Make the declared agents known to :func:`nanocrab.agents.profile` (this process): an
     agent named like a built-in profile keeps its prompt and limits, with the declared tools
-    and skills when given; another one gets the default prompt with its description."""
+    and skills when given; another one gets the default prompt with its description.
+    ``only_new``: add the agents no profile names yet, change none (a configuration version
+    activated later: runs in flight keep their agents' profiles)."""
     from nanocrab.agents import DEFAULT, PROFILES, AgentProfile
 
     for spec in config.agents:
+        if only_new and spec.name in PROFILES:
+            continue
         base = PROFILES.get(spec.name)
         if base is None:
             base = AgentProfile(
@@ -218,4 +244,12 @@ def install_profiles(config: AgentsConfig) -> None:
             updates["skills"] = tuple(spec.skills)
         if spec.model:
             updates["model"] = spec.model
+        if spec.models:
+            updates["models"] = tuple(
+                m if isinstance(m, ModelChoice) else ModelChoice(model=m) for m in spec.models
+            )
+        if spec.planner:  # its first model call offers the plan tool (orchestrator/plan.py)
+            tools: tuple[str, ...] = spec.tools if spec.tools is not None else base.tools
+            updates["planner"] = True
+            updates["tools"] = tools if "plan" in tools else (*tools, "plan")
         PROFILES[spec.name] = base.model_copy(update=updates)

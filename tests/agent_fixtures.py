@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nanocrab.backends import Backend
 from nanocrab.bus import EventLog, Reactor, RuntimeOptions, read, read_run
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.host import Host
@@ -25,6 +26,7 @@ from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.guardrails import Chain, GuardrailsHandler, Prescreener
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
+from nanocrab.handlers.orchestrator.plan import PlanTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.llm.base import Provider
@@ -56,7 +58,7 @@ OPEN_POLICY = Policy.from_mapping(
 
 def registry(*extra: Tool) -> ToolRegistry:
     skills = SkillLibrary.discover([bundled_skills_dir()])
-    return ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool(), *extra])
+    return ToolRegistry([*default_tools(), SkillTool(skills), SpawnTool(), PlanTool(), *extra])
 
 
 def agent_reactors(
@@ -71,6 +73,7 @@ def agent_reactors(
     keys: KeyRing | None = None,
     guardrails: Chain | None = None,
     prescreen: bool = False,
+    backends: Mapping[str, Backend] | None = None,
 ) -> list[Reactor]:
     reg = registry()
     keys = keys or KeyRing(workspace.parent / f"{workspace.name}-keys")
@@ -102,7 +105,7 @@ def agent_reactors(
     reactors += [
         Executor(log, registry=reg, ops=LocalOperations(), artifacts=JetStreamArtifacts(log),
                  default_workspace=workspace, tool_timeout_s=20, trusted_policy=policy_keys,
-                 trusted_approvers=trusted_approvers(rules, keys)),
+                 trusted_approvers=trusted_approvers(rules, keys), backends=backends),
         LlmHandler(log, provider=provider, registry=reg, default_workspace=workspace,
                    skills=SkillLibrary.discover([bundled_skills_dir()]), history=history,
                    backoff_s=0.01, backoff_max_s=0.05, prescreen=screener),

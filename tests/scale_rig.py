@@ -2,13 +2,16 @@
 (streams R3, the generated authorization), a fresh PostgreSQL database, and each handler as
 ``nanocrab handler NAME`` processes, each host with only its own seed.
 
-Used by tests/test_scale_failover.py and bench/scaling.py; the same topology compose.yaml
-describes, without Docker.
+Used by tests/test_scale_failover.py, tests/test_scale_rolling.py and bench/scaling.py; the same
+topology compose.yaml describes, without Docker. The checks both scale tests make on the outcome
+(runs ended, tool calls, projections against a rebuild, ``nanocrab status``) are here too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 import os
 import signal
 import subprocess
@@ -17,13 +20,27 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from nanocrab.bus import BusConfig, Connector, EventLog, Window, read
+import nats.errors
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from nanocrab.bus import BusConfig, BusError, Connector, EventLog, Window, read
 from nanocrab.bus.cluster import LocalCluster
 from nanocrab.bus.permissions import CLI
 from nanocrab.cli.agent import new_task
 from nanocrab.cli.host import seed_source, server_authorization
 from nanocrab.cli.provision import export_host_keys
+from nanocrab.events import (
+    BusDeadLettered,
+    BusMalformed,
+    GrantIssued,
+    ToolCompleted,
+    ToolRequested,
+    ToolStarted,
+)
+from nanocrab.projections import Projector, all_projections, make_engine
 from nanocrab.security import KeyRing
 
 PG = "postgres@127.0.0.1:5432"
@@ -230,3 +247,131 @@ class Topology:
             await asyncio.to_thread(self.cluster.stop)
         if self.db_url:
             await drop_database(self.db_name)
+
+
+def status_json(topo: Topology) -> dict[str, Any]:
+    """``nanocrab status --json`` as the operator runs it (from the data dir holding the keys)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "nanocrab", "status", "--json"], env=topo.env(topo.home),
+        capture_output=True, text=True, timeout=120, cwd=topo.workspace,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    parsed: dict[str, Any] = json.loads(out.stdout)
+    return parsed
+
+
+async def ended_of(topo: Topology, runs: Iterable[str]) -> set[str]:
+    """Which of ``runs`` ended (an empty set while a stream leader is being elected)."""
+    try:
+        return set(runs) & set(await topo.ended())
+    except (nats.errors.TimeoutError, BusError):
+        return set()
+
+
+async def progress(topo: Topology, runs: list[str], at_least: int, timeout: float) -> int:
+    """Wait until ``at_least`` of ``runs`` ended; returns how many have. On time-out, fails with
+    the timelines of a few runs that did not end and the handlers' consumers."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        done = len(await ended_of(topo, runs))
+        if done >= at_least:
+            return done
+        if asyncio.get_running_loop().time() > deadline:
+            stuck = await timelines(topo, set(runs) - set(await topo.ended()))
+            log = await topo.cli_log()
+            consumers = [
+                (c.name, c.num_pending, c.num_ack_pending, c.num_redelivered)
+                for c in await log.js.consumers_info(log.cfg.log_stream)
+                if c.config.durable_name
+            ]
+            raise AssertionError(
+                f"only {done}/{len(runs)} runs ended within {timeout}s: {stuck}; consumers "
+                f"(name, pending, unacked, redelivered): {consumers}; dead letters: "
+                f"{await dead_letters(topo)}"
+            )
+        await asyncio.sleep(0.5)
+
+
+async def timelines(topo: Topology, runs: set[str], limit: int = 3) -> dict[str, list[str]]:
+    """The event types (with sources) of a few runs, for a failure message."""
+    log = await topo.cli_log()
+    out: dict[str, list[str]] = {}
+    for run in sorted(runs)[:limit]:
+        async for s in read(log, log.subjects.run(run), Window()):
+            out.setdefault(run, []).append(
+                f"{s.seq}:{s.event.type}/{s.event.source}" if s.event else f"{s.seq}:?"
+            )
+    return out
+
+
+async def dead_letters(topo: Topology) -> list[str]:
+    """Every ``bus.dead_lettered`` / ``bus.malformed`` in the log: which handler, which
+    sequence, why."""
+    log = await topo.cli_log()
+    out = []
+    for kind in ("bus.dead_lettered", "bus.malformed"):
+        async for s in read(log, log.subjects.of_type(kind), Window()):
+            if isinstance(s.event, BusDeadLettered | BusMalformed):
+                e = s.event
+                out.append(f"{e.handler} seq {e.stream_seq} ({e.reason_kind}): {e.reason[:200]}")
+    return out
+
+
+async def tool_calls(topo: Topology, runs: list[str]) -> dict[str, list[str]]:
+    """Each tool call of ``runs``: its requests, grants, starts and completions, in log order
+    (``seq:type/source[/error kind]``)."""
+    log = await topo.cli_log()
+    mine = set(runs)
+    calls: dict[str, list[str]] = collections.defaultdict(list)
+    async for s in read(log, log.subjects.log_all, Window()):
+        e = s.event
+        if e is None or e.run_id not in mine:
+            continue
+        if isinstance(e, ToolStarted | ToolCompleted | GrantIssued | ToolRequested):
+            kind = getattr(e, "error_kind", "") or ""
+            calls[e.call_id].append(f"{s.seq}:{e.type}/{e.source}{'/' + kind if kind else ''}")
+    return calls
+
+
+def assert_each_call_ran_once(calls: dict[str, list[str]], runs: list[str]) -> None:
+    """One call per run (the script's ``write``), started at most once and completed once: the
+    executor's interrupted-call rule holds across instances."""
+
+    def count(entries: list[str], kind: str) -> int:
+        return sum(1 for e in entries if e.split(":", 1)[1].startswith(kind + "/"))
+
+    twice = {c: es for c, es in calls.items()
+             if count(es, "tool.started") > 1 or count(es, "tool.completed") != 1}  # fmt: skip
+    assert len(calls) == len(runs), f"{len(calls)} calls for {len(runs)} runs"
+    assert not twice, twice
+    assert any(count(es, "tool.started") for es in calls.values())
+
+
+async def table_contents(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    async with engine.connect() as conn:
+        for projection in all_projections():
+            for table in projection.tables:
+                order = list(table.primary_key.columns) or list(table.columns)
+                rows = await conn.execute(select(table).order_by(*order))
+                out[table.name] = [tuple(r) for r in rows]
+    return out
+
+
+async def assert_projections_equal_a_rebuild(topo: Topology, at_least_rows: int) -> None:
+    """The live projections (PostgreSQL, kept by the projector processes) equal a fresh rebuild
+    of every projection from sequence 0 into a new database."""
+    log = await topo.cli_log()
+    live = make_engine(topo.db_url)
+    fresh_name = f"{topo.db_name}_rebuild"
+    fresh = make_engine(await create_database(fresh_name))
+    try:
+        for projection in all_projections():
+            await Projector(log, fresh, projection).rebuild()
+        projected, rebuilt = await table_contents(live), await table_contents(fresh)
+        assert sum(len(v) for v in projected.values()) > at_least_rows
+        assert projected == rebuilt
+    finally:
+        await live.dispose()
+        await fresh.dispose()
+        await drop_database(fresh_name)

@@ -102,8 +102,9 @@ def test_the_auth_block_gives_each_identity_its_key_and_only_its_families() -> N
     holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "guardrail.checked")}
     assert holders == {"guardrails"}, "only the guardrails may publish guardrail.checked"
     holders = {i for i in IDENTITIES if i != ADMIN and may_publish(i, "alert.raised")}
-    assert holders == {"guardrails", "reloader", "telemetry"}, (
-        "alerts: guardrails, the reloader's rollbacks, telemetry (budgets, dead letters, lag)"
+    assert holders == {"guardrails", "reloader", "telemetry", "executor"}, (
+        "alerts: guardrails, the reloader's rollbacks, telemetry (budgets, dead letters, lag), "
+        "the executor's withheld MCP tools"
     )
     assert not any(may_publish("guardrails", t) for t in EVENT_TYPES
                    if not t.startswith(("guardrail.", "alert.", "bus."))), "verdicts only"  # fmt: skip
@@ -378,7 +379,8 @@ async def test_an_agent_run_completes_with_one_identity_per_handler(
     assert {r.name: r.log for r in reactors} == {n: logs(n) for n in ("orchestrator", "policy",
                                                                       "executor", "llm", "capgen",
                                                                       "guardrails", "router",
-                                                                      "reloader", "telemetry")}  # type: ignore[attr-defined]  # fmt: skip
+                                                                      "reloader", "pyagent",
+                                                                      "telemetry")}  # type: ignore[attr-defined]  # fmt: skip
     host = Host(cli, sqlite_engine, reactors, options=FAST, log_for=logs)
     await host.start()
     try:

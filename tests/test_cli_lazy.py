@@ -59,6 +59,8 @@ def test_importing_the_cli_loads_no_heavy_library() -> None:
         ["skills", "check", "--help"],
         ["handler", "--help"],
         ["cluster", "up", "--help"],
+        ["connectors", "list", "--help"],
+        ["branch", "--help"],
     ],
 )
 def test_help_loads_no_heavy_library(argv: list[str]) -> None:
@@ -80,8 +82,9 @@ def test_commands_are_listed_in_their_order() -> None:
     assert isinstance(group, typer.core.TyperGroup)
     assert list(group.commands) == [
         "approve", "deny", "audit", "approvals", "usage", "run", "demo", "rerun", "cancel", "say", "up",
-        "publish", "tail", "replay", "status", "dead-letters", "route", "handler",
-        "projections", "capabilities", "gateway", "security", "guardrails", "config", "skills",
+        "publish", "tail", "replay", "status", "dead-letters", "branch", "route", "handler",
+        "projections", "capabilities", "gateway", "security", "guardrails", "config", "connectors",
+        "mcp", "skills",
         "cluster",
     ]  # fmt: skip
 

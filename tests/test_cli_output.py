@@ -50,7 +50,7 @@ def test_a_pattern_no_type_matches_is_refused_with_a_suggestion(
 ) -> None:
     error = type_pattern_error(pattern)
     assert error is not None and f"no event type matches {pattern!r}" in error
-    assert "Families: alert, approval," in error
+    assert "Families: agent, alert, approval," in error
     if suggested:
         assert f"did you mean {suggested}" in error
 

@@ -24,6 +24,7 @@ import websockets
 
 from nanocrab.bus import BusConfig
 from nanocrab.bus.server import free_port
+from nanocrab.gateway.bodies import MAX_TASK_BODY
 from tests.conftest import eventually
 
 NANOCRAB = [sys.executable, "-m", "nanocrab"]
@@ -459,8 +460,9 @@ async def test_refused_requests_leave_nothing_on_the_bus(gw: Gateway) -> None:
         h2 = _auth(other_submitter)
         problem(await c.post("/v1/tasks", json={"text": ""}, headers=h2), 422, "invalid-body")
         problem(await c.post("/v1/tasks", json={"txt": "typo"}, headers=h2), 422, "invalid-body")
-        problem(await c.post("/v1/tasks", json={"text": "x" * 70_000}, headers=h2), 413,
-                "too-large")  # fmt: skip
+        # a task body may carry images (base64): its limit is MAX_TASK_BODY, not MAX_BODY
+        problem(await c.post("/v1/tasks", json={"text": "x" * (MAX_TASK_BODY + 1)}, headers=h2),
+                413, "too-large")  # fmt: skip
         problem(await c.post("/v1/tasks", content=b"text=hi", headers={**h2, "Content-Type": "application/x-www-form-urlencoded"}), 415, "unsupported-media-type")  # fmt: skip
         reader = _auth(token)
         for path in ("/v1/runs/no-such-run", "/v1/runs/no-such-run/events"):

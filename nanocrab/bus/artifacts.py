@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -11,6 +12,7 @@ from nats.js.errors import BucketNotFoundError, NotFoundError, ObjectNotFoundErr
 from nats.js.object_store import ObjectStore
 
 from nanocrab.bus.config import BusConfig
+from nanocrab.bus.connection import patiently
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import EventLog
 from nanocrab.bus.permissions import artifact_bucket
@@ -18,13 +20,16 @@ from nanocrab.events import ArtifactRef
 
 
 async def ensure_bucket(js: JetStreamContext, cfg: BusConfig) -> None:
-    """Create the artifact bucket if missing (set-up, as ``admin`` when permissions are on)."""
+    """Create the artifact bucket if missing (set-up, as ``admin`` when permissions are on;
+    each request waits out a leader election, ``connection.patiently``)."""
+    bucket = artifact_bucket(cfg)
     try:
-        await js.object_store(artifact_bucket(cfg))
+        await patiently(partial(js.object_store, bucket), f"bucket {bucket}")
     except (BucketNotFoundError, NotFoundError):
         # as many copies as the streams: an artifact outlives a node like its event does
-        await js.create_object_store(
-            artifact_bucket(cfg), config=ObjectStoreConfig(replicas=cfg.replicas)
+        config = ObjectStoreConfig(replicas=cfg.replicas)
+        await patiently(
+            partial(js.create_object_store, bucket, config=config), f"creating bucket {bucket}"
         )
 
 
@@ -69,6 +74,11 @@ class JetStreamArtifacts:
         )  # fmt: skip
 
     async def get(self, ref: ArtifactRef) -> bytes:
+        return await self.read(ref.key)
+
+    async def read(self, key: str) -> bytes:
+        """The bytes stored under ``key`` (an ``ImageBlock.artifact``, an ``ArtifactRef.key``).
+        Raises the client's ``nats.errors.Error`` (``ObjectNotFoundError`` for no such key)."""
         store = await self._obj()
-        result = await store.get(ref.key)
+        result = await store.get(key)
         return bytes(result.data or b"")

@@ -8,9 +8,13 @@ import contextlib
 import logging
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 import nats
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, Placement, StorageType, StreamConfig, StreamInfo
@@ -20,6 +24,7 @@ from nanocrab.bus.config import BusConfig
 from nanocrab.bus.errors import AuthenticationFailed, BusError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # nats-py lower-cases the server's ``-ERR 'Permissions Violation for Publish to "<subject>"'``
 _PUBLISH_REFUSED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
@@ -226,29 +231,41 @@ def stream_configs(cfg: BusConfig) -> tuple[StreamConfig, StreamConfig]:
     return log_stream, eph_stream
 
 
-async def stream_info(js: JetStreamContext, name: str, *, patience_s: float = 20.0) -> StreamInfo:
-    """The stream's info, waiting out a leader election: on a cluster that just lost the
-    stream's leader, requests time out until the survivors elect one (seconds). Raises
-    :class:`BusError` when none answers within ``patience_s`` (the quorum is lost)."""
+async def patiently(
+    request: Callable[[], Awaitable[T]], what: str, *, patience_s: float = 20.0
+) -> T:
+    """``request()`` (an idempotent JetStream API request), waiting out a leader election: on a
+    cluster that just lost a node, requests to the groups it led (a stream's, or the meta group
+    that creates and updates streams) time out or get "unavailable" until the survivors elect a
+    new leader (seconds). Raises :class:`BusError` when none answers within ``patience_s``
+    (the quorum is lost)."""
     deadline = asyncio.get_running_loop().time() + patience_s
     while True:
         try:
-            return await js.stream_info(name)
-        except nats.errors.TimeoutError as exc:
+            return await request()
+        except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError) as exc:
             if asyncio.get_running_loop().time() > deadline:
                 raise BusError(
-                    f"stream {name} did not answer within {patience_s:.0f}s: no leader (has "
-                    "the cluster lost its quorum? docs/scaling.md)"
+                    f"{what}: no answer within {patience_s:.0f}s: no leader (has the cluster "
+                    "lost its quorum? docs/scaling.md)"
                 ) from exc
+            if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                await asyncio.sleep(0.25)  # answered at once: not again at once
+
+
+async def stream_info(js: JetStreamContext, name: str, *, patience_s: float = 20.0) -> StreamInfo:
+    """The stream's info, waiting out a leader election (:func:`patiently`)."""
+    return await patiently(lambda: js.stream_info(name), f"stream {name}", patience_s=patience_s)
 
 
 async def ensure_streams(js: JetStreamContext, cfg: BusConfig) -> None:
-    """Create the streams, or bring an existing stream's settings in line (idempotent)."""
+    """Create the streams, or bring an existing stream's settings in line (idempotent; each
+    request waits out a leader election, :func:`patiently`)."""
     for sc in stream_configs(cfg):
+        assert sc.name is not None  # stream_configs names every stream
         try:
-            assert sc.name is not None  # stream_configs names every stream
             await stream_info(js, sc.name)
         except NotFoundError:
-            await js.add_stream(sc)
+            await patiently(partial(js.add_stream, sc), f"creating stream {sc.name}")
         else:
-            await js.update_stream(sc)
+            await patiently(partial(js.update_stream, sc), f"updating stream {sc.name}")

@@ -38,11 +38,14 @@ GUARDRAILS: Final = "guardrails"
 ROUTER: Final = "router"
 RELOADER: Final = "reloader"
 TELEMETRY: Final = "telemetry"
+PYAGENT: Final = "pyagent"
+HOOKS: Final = "hooks"
 OBSERVER: Final = "observer"
 """The role of every named observer; not itself an identity (see :func:`observer_allow`)."""
 
 HANDLER_IDENTITIES: Final = (
     ORCHESTRATOR, POLICY, EXECUTOR, LLM, CAPGEN, GUARDRAILS, ROUTER, RELOADER, TELEMETRY,
+    PYAGENT, HOOKS,
 )  # fmt: skip
 """One per reactor of the agent loop; a reactor's ``name`` is its identity."""
 RUNTIME_IDENTITIES: Final = (*HANDLER_IDENTITIES, PROJECTOR)
@@ -57,21 +60,29 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
         # the ``spawn`` pseudo-tool is run by the orchestrator itself: it completes the parent's
         # call when the child run ends (handlers/orchestrator/decide.py)
         "tool.completed",
-        "subagent.*", "reply.sent", "session.archived", "step.*", "plan.*",
+        "subagent.*", "reply.sent", "session.archived", "plan.*",
         "message.queued", "budget.exceeded", *_DEAD_LETTERS,
     ),
     # memory.recalled: similar earlier tasks put into a run's first prompt (handlers/llm.py)
-    LLM: ("llm.*", "context.compacted", "memory.recalled", *_DEAD_LETTERS),
+    # hook.applied: what a before_model extension hook did to the context (nanocrab/hooks)
+    LLM: ("llm.*", "context.compacted", "memory.recalled", "hook.applied", *_DEAD_LETTERS),
     POLICY: (
-        "grant.*", "approval.requested", "approval.expired", "security.rejected", *_DEAD_LETTERS,
+        "grant.*", "approval.requested", "approval.expired", "security.rejected",
+        # a person's answer to a run over a budget that asks (handlers/budget_approval.py)
+        "budget.raised", "budget.refused", *_DEAD_LETTERS,
     ),
     EXECUTOR: (
         "tool.started", "tool.output", "tool.completed", "security.rejected",
-        # the ``capability`` tool's runs, for the registry's statistics (handlers/executor.py)
-        "capability.invoked", *_DEAD_LETTERS,
+        # the ``capability`` tool's runs, for the registry's statistics (handlers/executor.py);
+        # the alert of an MCP tool withheld for an injection in its description (docs/mcp.md)
+        "capability.invoked", "alert.raised",
+        "hook.applied",  # what an after_tool extension hook did to a result (nanocrab/hooks)
+        *_DEAD_LETTERS,
     ),
     CAPGEN: (
-        "capability.generated", "capability.tested", "capability.registered", *_DEAD_LETTERS,
+        "capability.generated", "capability.tested", "capability.registered",
+        # capability_config.auto_enable: a new capability enabled as it registers (capgen)
+        "capability.enabled", *_DEAD_LETTERS,
     ),
     # verdicts and alerts only: what the run does with a verdict is the orchestrator's decision
     GUARDRAILS: ("guardrail.*", "alert.*", *_DEAD_LETTERS),
@@ -84,16 +95,22 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     # GenAI spans and metrics from the log; alerts on budget stops, dead letters, handler lag
     TELEMETRY: ("alert.raised", *_DEAD_LETTERS),
+    # Python agents answer their runs' turns as a model would (their tool calls still go
+    # through the orchestrator, the policy and the executor), and record logs, metrics, health
+    PYAGENT: ("llm.responded", "llm.failed", "agent.*", *_DEAD_LETTERS),
+    # the run_end extension hooks' notes (handlers/hooks.py)
+    HOOKS: ("hook.applied", *_DEAD_LETTERS),
     PROJECTOR: (),
     CLI: (
         "task.submitted", "message.queued", "run.cancelled", "capability.requested",
         "capability.enabled", "capability.disabled", "capability.removed", "capability.invoked",
         "reload.requested",  # `nanocrab config activate|rollback`: the reloader decides
+        "session.branched",  # `nanocrab branch`: a new session forked from a past event
     ),
     APPROVER: ("approval.granted", "approval.denied"),
     # the HTTP gateway and its channels, for authenticated people: submit, steer, cancel (their
     # approval answers go out as ``approver``, signed with the approver key: nanocrab/gateway)
-    GATEWAY: ("task.submitted", "message.queued", "run.cancelled"),
+    GATEWAY: ("task.submitted", "message.queued", "run.cancelled", "session.branched"),
 }  # fmt: skip
 """Event type patterns (``family.name`` or ``family.*``) each identity may append, on the log
 and on the ephemeral stream. ``admin`` may publish anything and is not listed."""
@@ -109,6 +126,8 @@ WHY: Final[Mapping[str, str]] = {
     ROUTER: "routes tasks to agents, recalls similar earlier work, consolidates sessions",
     RELOADER: "snapshots, validates, activates and rolls back configuration versions",
     TELEMETRY: "turns runs into GenAI spans and metrics; alerts on budgets, dead letters, lag",
+    PYAGENT: "hosts Python agents: answers their runs' turns, records their logs and metrics",
+    HOOKS: "runs the run_end extension hooks and records what they noted",
     PROJECTOR: "builds read models; publishes nothing",
     CLI: "people submitting work, steering and cancelling runs, managing capabilities and "
     "configuration versions",
@@ -220,7 +239,8 @@ def publish_allow(identity: str, cfg: BusConfig) -> list[str]:
     if identity not in MAY_PUBLISH:
         raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
     allow = [*READ_API, *event_subjects(MAY_PUBLISH[identity], cfg)]
-    if identity in (EXECUTOR, RELOADER):
+    if identity in (EXECUTOR, RELOADER, CLI, GATEWAY):
+        # (the CLI and the gateway store the images a task carries: TaskSubmitted.images)
         # put = chunks and meta on $O.<bucket>.>; no purge: keys are content-addressed, an
         # existing object is never written twice (bus/artifacts.py); the reloader stores
         # configuration snapshots there
@@ -279,6 +299,7 @@ __all__ = [
     "GATEWAY",
     "GUARDRAILS",
     "HANDLER_IDENTITIES",
+    "HOOKS",
     "IDENTITIES",
     "LLM",
     "MAY_PUBLISH",
@@ -287,6 +308,7 @@ __all__ = [
     "ORCHESTRATOR",
     "POLICY",
     "PROJECTOR",
+    "PYAGENT",
     "READ_API",
     "RELOADER",
     "ROUTER",

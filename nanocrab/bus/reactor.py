@@ -49,7 +49,9 @@ class Reactor(Protocol):
     redelivery yields the same reactions; the runtime gives reaction *i* to event *e* the id
     ``derive_event_id(name, e.id, i)``, which makes a second append of it a no-op.
 
-    Raise :class:`~nanocrab.bus.errors.TransientError` to be retried later with backoff; any other
+    Raise :class:`~nanocrab.bus.errors.TransientError` to be retried later with backoff; a bus
+    failure met on the way (a :class:`~nanocrab.bus.errors.BusError` other than
+    :class:`~nanocrab.bus.errors.PublishRefused`, a NATS error) is retried the same way. Any other
     exception marks the event as poison for this handler (terminated, recorded as a dead letter).
     """
 

@@ -27,6 +27,7 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import msgspec
@@ -36,7 +37,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
@@ -44,7 +46,7 @@ from nanocrab.bus.failures import Severity, severity
 from nanocrab.bus.log import Appended, EventLog, Expect
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor, handling
 from nanocrab.bus.subjects import sanitize_token
-from nanocrab.bus.tracing import context_from
+from nanocrab.bus.tracing import HandledSpan, context_from, handler_spans
 from nanocrab.events import (
     BusDeadLettered,
     BusMalformed,
@@ -206,6 +208,7 @@ class HandlerRuntime:
         self.reactor = reactor
         self.opts = options or RuntimeOptions()
         self.tracer = tracer or trace.get_tracer("nanocrab.bus")
+        self._global_tracer = tracer is None  # then the cheap handler spans, once configured
         self.durable = reactor.name
         self.filters = sorted(
             {log_.subjects.of_type(str(t.__struct_config__.tag)) for t in reactor.consumes}
@@ -471,6 +474,29 @@ class HandlerRuntime:
                 return []
         return fetch.result()
 
+    def _span(
+        self, event: Event, subject: str, seq: int
+    ) -> AbstractContextManager[HandledSpan | Span]:
+        """The span of handling ``event``, current while it is handled: made by the cheap
+        :class:`~nanocrab.bus.tracing.HandlerSpans` that ``configure_tracing`` installed, or by
+        the SDK tracer given to this runtime (tests) or the global one (tracing set up otherwise,
+        or off)."""
+        name = f"{self.durable} {event.type}"
+        attributes: dict[str, AttributeValue] = {
+            "messaging.system": "nats",
+            "messaging.destination.name": subject,
+            "messaging.message.id": event.id,
+            "nanocrab.handler": self.durable,
+            "nanocrab.stream_seq": seq,
+            "nanocrab.run_id": event.run_id or "",
+        }
+        fast = handler_spans() if self._global_tracer else None
+        if fast is not None:
+            return fast.span(name, event.trace, attributes)
+        return self.tracer.start_as_current_span(
+            name, context=context_from(event.trace), kind=SpanKind.CONSUMER, attributes=attributes
+        )
+
     async def _process(self, msg: Msg) -> None:
         meta = msg.metadata
         try:
@@ -482,19 +508,7 @@ class HandlerRuntime:
         if not isinstance(event, self.reactor.consumes):
             await msg.ack()
             return
-        with self.tracer.start_as_current_span(
-            f"{self.durable} {event.type}",
-            context=context_from(event.trace),
-            kind=SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": "nats",
-                "messaging.destination.name": msg.subject,
-                "messaging.message.id": event.id,
-                "nanocrab.handler": self.durable,
-                "nanocrab.stream_seq": meta.sequence.stream,
-                "nanocrab.run_id": event.run_id or "",
-            },
-        ) as span:
+        with self._span(event, msg.subject, meta.sequence.stream) as span:
             keepalive = asyncio.create_task(self._keep_alive(msg))
             delivery = Delivery(meta.sequence.stream, msg.subject, meta.num_delivered or 1)
             token = handling.set(delivery)

@@ -10,6 +10,8 @@ A capability module assigns ``CAPABILITY`` once, at top level, to a dict literal
         "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
                        "required": ["text"]},  # JSON Schema for entry's keyword arguments
         "permissions": [],                # optional; any of "fs.read", "fs.write", "net"
+        "user_guidance": "Pass the text.", # optional; how to use it, for people and the model
+        "requires": [],                   # optional; names of capabilities it depends on
     }
 
 and defines its tests as top-level ``def test_*()`` functions using plain ``assert``.
@@ -27,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from nanocrab.capabilities.rules import PERMISSIONS
@@ -35,6 +37,8 @@ from nanocrab.capabilities.scan import Permission
 
 METADATA_NAME = "CAPABILITY"
 MAX_DESCRIPTION_CHARS = 1024
+MAX_GUIDANCE_CHARS = 2000
+MAX_REQUIRES = 16
 TEST_PREFIX = "test_"
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{1,47}")
@@ -68,7 +72,9 @@ class CapabilitySpec(BaseModel):
 
     ``parameters`` is a JSON Schema (draft 2020-12) of ``"type": "object"`` describing the
     keyword arguments ``entry`` is called with; it may hold only JSON values.
-    ``permissions`` is normalised to a sorted tuple without duplicates.
+    ``permissions`` is normalised to a sorted tuple without duplicates, and so is ``requires``
+    (capability names; a module cannot require itself). ``user_guidance``: how to use it, for
+    people and the model (``""``: the registry keeps the request's guidance instead).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +85,8 @@ class CapabilitySpec(BaseModel):
     entry: str
     parameters: dict[str, object]
     permissions: tuple[Permission, ...] = ()
+    user_guidance: str = ""
+    requires: tuple[str, ...] = ()
 
     @field_validator("name", mode="before")
     @classmethod
@@ -176,6 +184,48 @@ class CapabilitySpec(BaseModel):
                 {"unknown": ", ".join(map(repr, unknown)), "known": ", ".join(sorted(PERMISSIONS))},
             )
         return tuple(sorted(set(value)))
+
+    @field_validator("user_guidance", mode="before")
+    @classmethod
+    def _check_guidance(cls, value: object) -> object:
+        if not isinstance(value, str):
+            raise PydanticCustomError("capability_guidance", "must be a string")
+        if len(value.strip()) > MAX_GUIDANCE_CHARS:
+            raise PydanticCustomError(
+                "capability_guidance",
+                "is {n} characters long; the limit is {limit}",
+                {"n": len(value.strip()), "limit": MAX_GUIDANCE_CHARS},
+            )
+        return value.strip()
+
+    @field_validator("requires", mode="before")
+    @classmethod
+    def _check_requires(cls, value: object) -> object:
+        if not isinstance(value, list | tuple) or not all(isinstance(r, str) for r in value):
+            raise PydanticCustomError(
+                "capability_requires", "must be a list of capability names, e.g. ['word_count']"
+            )
+        bad = [r for r in value if not _NAME.fullmatch(r)]
+        if bad:
+            raise PydanticCustomError(
+                "capability_requires",
+                "{bad} is not a capability name (2-48 lowercase letters, digits, underscores)",
+                {"bad": repr(bad[0])},
+            )
+        if len(set(value)) > MAX_REQUIRES:
+            raise PydanticCustomError(
+                "capability_requires", "lists more than {n} capabilities", {"n": MAX_REQUIRES}
+            )
+        return tuple(sorted(set(value)))
+
+    @model_validator(mode="after")
+    def _not_itself(self) -> CapabilitySpec:
+        if self.name in self.requires:
+            raise PydanticCustomError(
+                "capability_requires", "a capability cannot require itself ({name})",
+                {"name": repr(self.name)},
+            )  # fmt: skip
+        return self
 
 
 @dataclass(frozen=True)

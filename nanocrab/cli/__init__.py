@@ -12,6 +12,7 @@ from nanocrab.cli import usage as _usage  # noqa: F401  (usage)
 # isort: split
 from nanocrab.cli import agent as _agent  # noqa: F401  (run, demo, rerun, cancel, say)
 from nanocrab.cli import app as _app  # noqa: F401  (up, publish … projections)
+from nanocrab.cli import branch as _branch  # noqa: F401  (branch)
 from nanocrab.cli import capabilities as _capabilities  # noqa: F401
 from nanocrab.cli import gateway as _gateway  # noqa: F401  (gateway, gateway token)
 from nanocrab.cli import route as _route  # noqa: F401
@@ -21,6 +22,8 @@ from nanocrab.cli.guardrails import guardrails_app
 
 app.add_typer(guardrails_app, name="guardrails")
 from nanocrab.cli import config as _config  # noqa: E402, F401  (config history … rollback)
+from nanocrab.cli import connectors as _connectors  # noqa: E402, F401  (connectors list)
+from nanocrab.cli import mcp as _mcp  # noqa: E402, F401  (mcp list)
 from nanocrab.cli import skills as _skills  # noqa: E402, F401  (skills list, show, check)
 
 # isort: split

@@ -76,11 +76,17 @@ Workspace = Annotated[
 
 @app.command()
 def run(
-    text: Annotated[str, typer.Argument(help="The task, in plain words (or /help, /new).")],
+    text: Annotated[
+        str, typer.Argument(help="The task, in plain words (or /help, /new, /branch EVENT_ID).")
+    ],
     agent: Annotated[str, typer.Option(help="Agent profile.")] = "default",
     workspace: Workspace = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the run to finish.")] = 600.0,
     json_: JsonOpt = False,
+    image: Annotated[
+        list[Path] | None,
+        typer.Option(help="An image file to give the model with the task (repeatable)."),
+    ] = None,
 ) -> None:
     """Publish a task, show the run live (turns, tool calls, tokens), print the answer.
 
@@ -97,8 +103,41 @@ def run(
         err.print(f"[red]workspace {ws} is not a directory[/]")
         raise typer.Exit(2)
     sessions = SessionFile(settings.home)
+    name, _, at = text.strip().partition(" ")
+    if name == "/branch":  # answered here: the fork point is found on the log, not by a run
+        from nanocrab.cli.branch import branch_now, describe
+
+        if not at.strip():
+            err.print("[red]/branch needs an event id[/]: /branch EVENT_ID (see `nanocrab replay`)")
+            raise typer.Exit(2)
+        branched = branch_now(settings, sessions.current(), at.strip())
+        sessions.set(branched.session_id or sessions.current())
+        console.print(describe(branched))
+        raise typer.Exit(0)
     task = new_task(text, agent, None, workspace=ws, session_id=sessions.current())
-    raise typer.Exit(run_async(run_task(settings, task, ws, timeout, json_, sessions)))
+    images = read_images(image or [])
+    raise typer.Exit(
+        run_async(run_task(settings, task, ws, timeout, json_, sessions, images=images))
+    )
+
+
+def read_images(paths: list[Path]) -> list[tuple[str, bytes]]:
+    """Each ``--image`` file's name and bytes; exits 2 naming one that is missing or not an
+    image (before anything is published)."""
+    from nanocrab.tools.images import sniff_image
+
+    out = []
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            err.print(f"[red]--image {path}[/]: {exc.strerror or exc}")
+            raise typer.Exit(2) from exc
+        if sniff_image(data) is None:
+            err.print(f"[red]--image {path}[/] is not a PNG, JPEG, GIF or WebP image")
+            raise typer.Exit(2)
+        out.append((path.name, data))
+    return out
 
 
 @app.command()
@@ -180,6 +219,10 @@ def rerun(
     original, events = run_async(recorded())
     provider = ReplayProvider.from_events(events, root=original.run_id or run_id)
     task = new_task(original.text, original.agent, None, workspace=ws, session_id=new_event_id())
+    if original.images:  # the same stored images (content-addressed: nothing is copied)
+        import msgspec
+
+        task = msgspec.structs.replace(task, images=list(original.images))
     console.print(
         f"[dim]re-running {original.run_id} as {task.run_id} with {len(provider.turns)} "
         "recorded turns[/]"

@@ -67,6 +67,11 @@ def answer_for(
 def describe(request: ApprovalRequested) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in request.arguments.items())
     left = (request.expires_at - utcnow()).total_seconds()
+    if request.about == "budget":  # a run over a spending cap asking for more
+        return (
+            f"[bold yellow]budget[/]: {request.reason}\n"
+            f"  id {request.approval_id} · expires in {max(0, left):.0f}s"
+        )
     return (
         f"[bold yellow]{request.tier}[/] call needs approval: [bold]{request.tool}[/]({args})\n"
         f"  why: {request.reason}\n"

@@ -208,19 +208,25 @@ def tail(
 @app.command()
 def replay(run_id: str, json_: JsonOpt = False) -> None:
     """Show every event of a run from the log, with timings and causes."""
+    from nanocrab.branching import RunTree, run_tree
     from nanocrab.bus import read_run
     from nanocrab.cli.host import bus_session
     from nanocrab.cli.ids import resolve_run
     from nanocrab.cli.render import print_json, stored_json, timeline_table
+    from nanocrab.cli.tree import tree_view
+    from nanocrab.events import TaskSubmitted
 
     settings = settings_or_exit()
 
-    async def main() -> tuple[str, list[Stored]]:
+    async def main() -> tuple[str, list[Stored], RunTree]:
         async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
             resolved = await resolve_run(log, run_id)
-            return resolved, await read_run(log, resolved)
+            events = await read_run(log, resolved)
+            task = next((s.event for s in events if isinstance(s.event, TaskSubmitted)), None)
+            session = task.session_id if task is not None else None
+            return resolved, events, await run_tree(log, resolved, session)
 
-    resolved, events = run_async(main())
+    resolved, events, tree = run_async(main())
     if not events:
         err.print(
             f"[red]no events for run {resolved!r}[/]; "
@@ -232,6 +238,9 @@ def replay(run_id: str, json_: JsonOpt = False) -> None:
             print_json(console, stored_json(s))
     else:
         console.print(timeline_table(resolved, events))
+        if not tree.empty:  # branched sessions around this run (nanocrab branch)
+            task = next((s.event for s in events if isinstance(s.event, TaskSubmitted)), None)
+            console.print(tree_view(resolved, task.session_id if task else None, tree))
 
 
 @projections_app.command("rebuild")

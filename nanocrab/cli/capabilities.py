@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from nanocrab.bus import EventLog
+    from nanocrab.capabilities.config import CapabilityConfig
     from nanocrab.cli.settings import Settings
     from nanocrab.events import Event
     from nanocrab.projections import CapabilityDetail, CapabilityRow
@@ -127,31 +128,38 @@ def list_(
 
 @capabilities_app.command()
 def show(name: NameArg, json_: JsonOpt = False) -> None:
-    """One capability: metadata, versions, invocation stats (avg, p95, success rate), source."""
+    """One capability: metadata (guidance, what it requires and what requires it), versions,
+    invocation stats (avg, p95, success rate), source."""
     from nanocrab.cli.capabilities_render import detail_json, detail_view
     from nanocrab.cli.render import print_json
-    from nanocrab.projections import capability, capability_stats
+    from nanocrab.projections import capability, capability_stats, list_capabilities
 
     settings = settings_or_exit()
 
-    async def fetch(engine: AsyncEngine) -> tuple[CapabilityDetail | None, Any]:
-        return await capability(engine, name), await capability_stats(engine, name)
+    async def fetch(engine: AsyncEngine) -> tuple[CapabilityDetail | None, Any, list[str]]:
+        rows = await list_capabilities(engine)
+        required_by = sorted(r.name for r in rows if name in r.requires)
+        return await capability(engine, name), await capability_stats(engine, name), required_by
 
-    detail, stats = _read(settings, fetch)
+    detail, stats, required_by = _read(settings, fetch)
     detail = _known(detail, name)
     if json_:
-        print_json(console, detail_json(detail, stats))
+        print_json(console, {**detail_json(detail, stats), "required_by": required_by})
         return
-    console.print(detail_view(detail, stats))
+    console.print(detail_view(detail, stats, required_by=required_by))
 
 
 # --- changing the registry --------------------------------------------------------------------
 
 
-def _change(name: str, make: Callable[[CapabilityDetail], Event | None]) -> CapabilityDetail:
-    """Look ``name`` up, let ``make`` build the event (or exit), publish it as ``cli``."""
+Rows = dict[str, "CapabilityRow"]
+
+
+def _change(name: str, make: Callable[[CapabilityDetail, Rows], list[Event]]) -> CapabilityDetail:
+    """Look ``name`` up, let ``make`` build the events from it and every registry row by name
+    (removed ones too) or exit, publish them as ``cli`` in order."""
     from nanocrab.cli.host import bus_session, engine_for
-    from nanocrab.projections import capability
+    from nanocrab.projections import capability, list_capabilities
 
     settings = settings_or_exit()
 
@@ -161,14 +169,36 @@ def _change(name: str, make: Callable[[CapabilityDetail], Event | None]) -> Capa
             try:
                 await _fresh(log, engine, settings)
                 detail = _known(await capability(engine, name), name)
+                rows = await list_capabilities(engine, include_removed=True)
             finally:
                 await engine.dispose()
-            event = make(detail)
-            if event is not None:
+            for event in make(detail, {r.name: r for r in rows}):
                 await log.append(event)
             return detail
 
     return run_async(main())
+
+
+def config_or_exit() -> CapabilityConfig:
+    """``capabilities.yaml``'s settings (``NANOCRAB_CAPABILITIES``, else in the config directory
+    ``NANOCRAB_CONFIG_DIR`` or the data directory, as :func:`nanocrab.cli.wiring.config_dir`);
+    exit 2 with its ``file:line`` problem if it is bad."""
+    import os
+    from pathlib import Path
+
+    from nanocrab.capabilities.config import (
+        CapabilityConfigError,
+        capabilities_file,
+        load_capability_config,
+    )
+
+    settings = settings_or_exit()
+    directory = Path(os.environ.get("NANOCRAB_CONFIG_DIR") or settings.home)
+    try:
+        return load_capability_config(capabilities_file(directory, os.environ))
+    except CapabilityConfigError as exc:
+        err.print(f"[bold red]configuration error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
 
 
 def _not_removed(detail: CapabilityDetail) -> None:
@@ -180,38 +210,139 @@ def _not_removed(detail: CapabilityDetail) -> None:
         raise typer.Exit(1)
 
 
-@capabilities_app.command()
-def enable(name: NameArg) -> None:
-    """Allow invocations of a disabled capability again."""
-    from nanocrab.events import CapabilityEnabled
+def _refuse(message: str) -> NoReturn:
+    err.print(f"[red]{message}[/]", highlight=False)
+    raise typer.Exit(1)
 
-    def make(detail: CapabilityDetail) -> Event | None:
+
+class EnableRefused(Exception):
+    """Enabling is refused; the message says why and what to do."""
+
+
+def enable_events(
+    row: CapabilityRow, rows: Rows, config: CapabilityConfig, *, with_deps: bool = False
+) -> list[Event]:
+    """The ``capability.enabled`` events (as ``cli``) enabling ``row``'s capability: its
+    disabled dependencies first when ``with_deps`` (or ``enable_dependencies``); otherwise
+    none may be disabled. ``rows``: the whole registry by name, removed rows included. Raises
+    :class:`EnableRefused` saying why and what to do."""
+    from nanocrab.capabilities.deps import to_enable
+    from nanocrab.events import CapabilityEnabled
+    from nanocrab.projections.capabilities import dependency_nodes
+
+    registry = dependency_nodes(list(rows.values()))
+    if refused := config.why_refused(row.permissions):
+        raise EnableRefused(f"{row.name} is not enabled: {refused}")
+    disabled, fatal = to_enable(registry, row.name)
+    if fatal:
+        raise EnableRefused(
+            f"{row.name} is not enabled: it requires {'; '.join(fatal)}; generate what is "
+            "missing or drop it from the module's requires"
+        )
+    for dep in disabled:
+        if why := config.why_refused(rows[dep].permissions):
+            raise EnableRefused(f"{row.name} is not enabled: its dependency {dep}: {why}")
+    if disabled and not (with_deps or config.enable_dependencies):
+        names = ", ".join(disabled)
+        raise EnableRefused(
+            f"{row.name} is not enabled: it requires {names}, not enabled; enable "
+            f"{'them' if len(disabled) > 1 else 'it'} first (`nanocrab capabilities enable "
+            f"{disabled[0]}`), pass --with-deps, or set capability_config.enable_dependencies"
+        )
+    events: list[Event] = [
+        CapabilityEnabled(
+            name=dep, version=rows[dep].version, requires=list(rows[dep].requires),
+            required_by=row.name, source="cli",
+        )
+        for dep in disabled
+    ]  # fmt: skip
+    events.append(
+        CapabilityEnabled(
+            name=row.name, version=row.version, requires=list(row.requires), source="cli"
+        )
+    )
+    return events
+
+
+@capabilities_app.command()
+def enable(
+    name: NameArg,
+    with_deps: Annotated[
+        bool,
+        typer.Option(
+            "--with-deps", help="Also enable the capabilities it requires that are disabled."
+        ),
+    ] = False,
+) -> None:
+    """Allow invocations of a disabled capability again.
+
+    Everything it requires must be enabled (exit 1 otherwise), unless --with-deps or
+    capability_config.enable_dependencies enables those too; a capability declaring a
+    permission capability_config does not permit is refused."""
+    config = config_or_exit()
+
+    def make(detail: CapabilityDetail, rows: Rows) -> list[Event]:
         _not_removed(detail)
         if detail.row.enabled:
             console.print(f"{name} is already enabled")
-            return None
-        return CapabilityEnabled(name=name, version=detail.row.version, source="cli")
+            return []
+        try:
+            return enable_events(detail.row, rows, config, with_deps=with_deps)
+        except EnableRefused as exc:
+            _refuse(str(exc))
 
     detail = _change(name, make)
     console.print(f"[green]enabled[/] {name} {detail.row.version}")
+
+
+def _dependents_or_exit(name: str, rows: Rows, *, force: bool, what: str) -> list[str]:
+    """The enabled capabilities depending on ``name``; exit 1 when there are some and not
+    ``force``."""
+    from nanocrab.capabilities.deps import dependents
+    from nanocrab.projections.capabilities import dependency_nodes
+
+    found = dependents(dependency_nodes(list(rows.values())), name)
+    if found and not force:
+        _refuse(
+            f"{name} is not {what}: {', '.join(found)} "
+            f"{'require' if len(found) > 1 else 'requires'} it; {what.rstrip('d')} "
+            f"{'them' if len(found) > 1 else 'it'} first, or pass --force (they then stay "
+            "enabled but cannot be invoked)"
+        )
+    return found
+
+
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Even if enabled capabilities require it (they cannot run until it is back).",
+    ),
+]
 
 
 @capabilities_app.command()
 def disable(
     name: NameArg,
     reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "",
+    force: ForceOpt = False,
 ) -> None:
-    """Refuse invocations of a capability until it is enabled again."""
+    """Refuse invocations of a capability until it is enabled again (refused while enabled
+    capabilities require it, unless --force)."""
     from nanocrab.events import CapabilityDisabled
 
-    def make(detail: CapabilityDetail) -> Event | None:
+    def make(detail: CapabilityDetail, rows: Rows) -> list[Event]:
         _not_removed(detail)
         if not detail.row.enabled:
             console.print(f"{name} is already disabled")
-            return None
-        return CapabilityDisabled(
-            name=name, version=detail.row.version, reason=reason, source="cli"
-        )
+            return []
+        found = _dependents_or_exit(name, rows, force=force, what="disabled")
+        return [
+            CapabilityDisabled(
+                name=name, version=detail.row.version, reason=reason, source="cli",
+                forced=bool(found), dependents=found,
+            )
+        ]  # fmt: skip
 
     detail = _change(name, make)
     console.print(
@@ -224,15 +355,22 @@ def disable(
 def remove(
     name: NameArg,
     reason: Annotated[str, typer.Option(help="Why (recorded in the log).")] = "",
+    force: ForceOpt = False,
 ) -> None:
-    """Remove a capability from the registry (its history stays in the log)."""
+    """Remove a capability from the registry (its history stays in the log); refused while
+    enabled capabilities require it, unless --force."""
     from nanocrab.events import CapabilityRemoved
 
-    def make(detail: CapabilityDetail) -> Event | None:
+    def make(detail: CapabilityDetail, rows: Rows) -> list[Event]:
         if detail.row.removed:
             console.print(f"{name} is already removed")
-            return None
-        return CapabilityRemoved(name=name, reason=reason, source="cli")
+            return []
+        found = _dependents_or_exit(name, rows, force=force, what="removed")
+        return [
+            CapabilityRemoved(
+                name=name, reason=reason, source="cli", forced=bool(found), dependents=found
+            )
+        ]
 
     _change(name, make)
     console.print(f"[red]removed[/] {name}")
@@ -264,30 +402,43 @@ def invoke_(
         err.print("[red]--args must be a JSON object[/] of the capability's parameters")
         raise typer.Exit(2)
     settings = settings_or_exit()
+    config = config_or_exit()
     setup(settings, "nanocrab-capabilities")
-    code = run_async(_invoke(settings, name, arguments, json_))
+    code = run_async(_invoke(settings, config, name, arguments, json_))
     raise typer.Exit(code)
 
 
-async def _invoke(settings: Settings, name: str, arguments: dict[str, Any], json_: bool) -> int:
+async def _invoke(
+    settings: Settings,
+    config: CapabilityConfig,
+    name: str,
+    arguments: dict[str, Any],
+    json_: bool,
+) -> int:
+    from nanocrab.capabilities.deps import blocked
     from nanocrab.cli.capabilities_render import describe_parameters, example_args, value_text
     from nanocrab.cli.host import bus_session, engine_for
     from nanocrab.cli.render import print_json
     from nanocrab.cli.wiring import sandbox_for
     from nanocrab.handlers.capgen import argument_errors, invoke
-    from nanocrab.projections import capability
+    from nanocrab.projections import capability, list_capabilities
+    from nanocrab.projections.capabilities import dependency_nodes
 
     async with bus_session(settings.bus(), sync=settings.sync) as (log, _):
         engine = engine_for(settings.db_url)
         try:
             await _fresh(log, engine, settings)
             detail = _known(await capability(engine, name), name)
+            rows = await list_capabilities(engine, include_removed=True)
         finally:
             await engine.dispose()
         row = detail.row
         refused = refusal(row)
         if refused is not None:
             err.print(f"[red]{refused}[/]")
+            return 1
+        if why := blocked(dependency_nodes(rows), name, row.permissions, config):
+            err.print(f"[red]{name} cannot run now: {why}[/]: not invoked", highlight=False)
             return 1
         problems = argument_errors(row.parameters, arguments)
         if problems:
@@ -299,7 +450,7 @@ async def _invoke(settings: Settings, name: str, arguments: dict[str, Any], json
             return 2
         call, event = await invoke(
             sandbox_for(settings), name=name, version=row.version, code=detail.code,
-            entry=row.entry, arguments=arguments,
+            entry=row.entry, arguments=arguments, limits=config.limits.invocations(),
         )  # fmt: skip
         await log.append(event)
     if json_:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -92,19 +94,24 @@ def _tested_lines(t: CapabilityTested) -> list[Text]:
 
 def registry_table(rows: list[CapabilityRow], stats: dict[str, CapabilityStats]) -> Table:
     table = Table(title="capabilities", title_justify="left")
-    for col in ("name", "version", "status", "safety", "calls", "ok", "avg", "description"):
-        table.add_column(col, no_wrap=col != "description", overflow="fold")
+    for col in ("name", "version", "status", "safety", "calls", "ok", "avg", "requires"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("description · guidance", overflow="fold")
     for r in rows:
         s = stats.get(r.name) or CapabilityStats(0, None, None, None, None)
         table.add_row(
             r.name, r.version, Text(r.status, _STATUS_STYLE.get(r.status, "white")),
             Text(r.safety_level, _SAFETY_STYLE.get(r.safety_level, "white")),
-            str(s.count), _rate(s.success_rate), _ms(s.avg_ms), r.description,
+            str(s.count), _rate(s.success_rate), _ms(s.avg_ms), ", ".join(r.requires) or "-",
+            r.description + (f"\n[dim]{escape(r.user_guidance)}[/]" if r.user_guidance else ""),
         )  # fmt: skip
     return table
 
 
-def detail_view(detail: CapabilityDetail, stats: CapabilityStats) -> Group:
+def detail_view(
+    detail: CapabilityDetail, stats: CapabilityStats, *, required_by: Sequence[str] = ()
+) -> Group:
+    """``required_by``: the registered capabilities that require this one."""
     r = detail.row
     meta = Table.grid(padding=(0, 2))
     meta.add_column(style="bold")
@@ -118,8 +125,11 @@ def detail_view(detail: CapabilityDetail, stats: CapabilityStats) -> Group:
         ("status", status),
         ("safety level", Text(r.safety_level, _SAFETY_STYLE.get(r.safety_level, "white"))),
         ("description", r.description),
+        ("guidance", r.user_guidance or "-"),
         ("entry", r.entry),
         ("permissions", ", ".join(r.permissions) or "none"),
+        ("requires", ", ".join(r.requires) or "none"),
+        ("required by", ", ".join(required_by) or "none"),
         ("content hash", r.content_hash),
         ("registered", r.registered_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")),
         ("parameters", describe_parameters(r.parameters)),
@@ -147,6 +157,7 @@ def detail_json(detail: CapabilityDetail, stats: CapabilityStats) -> dict[str, A
         "status_reason": r.status_reason, "safety_level": r.safety_level,
         "description": r.description, "entry": r.entry, "parameters": r.parameters,
         "permissions": r.permissions, "content_hash": r.content_hash,
+        "user_guidance": r.user_guidance, "requires": r.requires,
         "registered_at": r.registered_at.isoformat(),
         "versions": [
             {
@@ -167,6 +178,7 @@ def row_json(r: CapabilityRow, s: CapabilityStats) -> dict[str, Any]:
         "safety_level": r.safety_level, "description": r.description, "entry": r.entry,
         "parameters": r.parameters, "permissions": r.permissions,
         "content_hash": r.content_hash, "registered_at": r.registered_at.isoformat(),
+        "user_guidance": r.user_guidance, "requires": r.requires,
         "stats": s._asdict(),
     }  # fmt: skip
 

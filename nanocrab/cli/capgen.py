@@ -24,8 +24,9 @@ from nanocrab.cli.common import (
 
 if TYPE_CHECKING:
     from nanocrab.bus import EventLog
+    from nanocrab.capabilities.config import CapabilityConfig
     from nanocrab.cli.settings import Settings
-    from nanocrab.events import CapabilityRequested, Event
+    from nanocrab.events import CapabilityRegistered, CapabilityRequested, Event
 
 
 def generate(
@@ -65,17 +66,26 @@ def generate(
             "digits and underscores, starting with a letter, e.g. word_count"
         )
         raise typer.Exit(2)
+    from nanocrab.cli.capabilities import config_or_exit
+
     settings = settings_or_exit()
+    config = config_or_exit()  # capabilities.yaml: a bad one exits 2 with its file:line
     setup(settings, "nanocrab-capabilities")
     request = CapabilityRequested(
         name=name, guidance=guidance, max_attempts=attempts, requested_by=settings.user
     )
-    code = run_async(_generate(settings, request, timeout, json_, enable=enable))
+    code = run_async(_generate(settings, config, request, timeout, json_, enable=enable))
     raise typer.Exit(code)
 
 
 async def _generate(
-    settings: Settings, request: CapabilityRequested, wait_s: float, json_: bool, *, enable: bool
+    settings: Settings,
+    config: CapabilityConfig,
+    request: CapabilityRequested,
+    wait_s: float,
+    json_: bool,
+    *,
+    enable: bool,
 ) -> int:
     from nanocrab.bus.permissions import CAPGEN, PROJECTOR
     from nanocrab.cli.host import Host, RuntimeMarker, bus_connector, engine_for
@@ -88,7 +98,7 @@ async def _generate(
         if not RuntimeMarker(settings.home).alive() and settings.nats_url is None:
             logs = await bus.connector.open_all([CAPGEN, PROJECTOR])
             host = Host(
-                log, engine, [build_capgen(logs(CAPGEN), settings)],
+                log, engine, [build_capgen(logs(CAPGEN), settings, config=config)],
                 projections=[CapabilitiesProjection()], log_for=logs,
             )  # fmt: skip
             await host.start()
@@ -143,14 +153,24 @@ async def _follow(
         )
         return 1
     if isinstance(outcome, CapabilityRegistered):
-        if enable:  # the user's decision, published as the user (like `capabilities enable`)
+        blocked = await _unmet(log, outcome) if enable else []
+        if enable and not blocked:  # the user's decision, published as the user
             await log.append(
-                CapabilityEnabled(name=outcome.name, version=outcome.version, source="cli")
-            )
+                CapabilityEnabled(
+                    name=outcome.name, version=outcome.version, requires=outcome.requires,
+                    source="cli",
+                )
+            )  # fmt: skip
         if not json_:
+            if blocked:
+                err.print(
+                    f"[yellow]not enabled[/]: it requires {'; '.join(blocked)}; enable with "
+                    f"`nanocrab capabilities enable {outcome.name} --with-deps`",
+                    highlight=False,
+                )
             console.print(
                 f"[green]enabled[/] {outcome.name} {outcome.version}"
-                if enable
+                if enable and not blocked
                 else f"a capability new to the registry stays disabled until you allow it: "
                 f"nanocrab capabilities enable {outcome.name}",
                 highlight=False,
@@ -166,3 +186,17 @@ async def _follow(
             "or allow more --attempts."
         )
     return 1
+
+
+async def _unmet(log: EventLog, registered: CapabilityRegistered) -> list[str]:
+    """What keeps ``registered`` from being enabled now: its dependencies not enabled."""
+    if not registered.requires:
+        return []
+    from nanocrab.bus.direct import DirectReader
+    from nanocrab.capabilities.deps import Node, problems
+    from nanocrab.handlers.capgen.handler import registry_from_log
+
+    reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
+    nodes = await registry_from_log(log, reader)
+    nodes[registered.name] = Node(enabled=False, requires=tuple(registered.requires))
+    return problems(nodes, registered.name)

@@ -6,9 +6,11 @@ apart from their declarations so that ``nanocrab --help`` does not import the bu
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 import typer
 
 from nanocrab.bus import EventLog, RuntimeOptions, Stored, append_traced, read, read_run
@@ -46,9 +48,14 @@ async def run_task(
     timeline: bool = False,
     provider: Provider | None = None,
     approvals: ApprovalMode | None = None,
+    images: Sequence[tuple[str, bytes]] = (),
 ) -> int:
+    """``images``: (file name, bytes) given with the task, stored in the object store by
+    content hash and named by the task (``TaskSubmitted.images``) before it is published."""
     async with bus_connector(settings.bus(), sync=settings.sync) as bus:
         log, engine = bus.log, engine_for(settings.db_url)
+        if images:
+            task = await with_images(log, task, images)
         host: Host | None = None
         if provider is not None or (
             not RuntimeMarker(settings.home).alive() and settings.nats_url is None
@@ -72,6 +79,24 @@ async def run_task(
             if host:
                 await host.stop()
             await engine.dispose()
+
+
+async def with_images(
+    log: EventLog, task: TaskSubmitted, images: Sequence[tuple[str, bytes]]
+) -> TaskSubmitted:
+    """``task`` naming ``images``, each fitted and stored in the object store."""
+    from nanocrab.bus.artifacts import JetStreamArtifacts
+    from nanocrab.tools.images import ImageTooLarge, store_image
+
+    store = JetStreamArtifacts(log)
+    blocks = []
+    for name, data in images:
+        try:
+            blocks.append(await store_image(store, name, data))
+        except (ImageTooLarge, ValueError) as exc:
+            err.print(f"[red]--image {name}[/]: {exc}")
+            raise typer.Exit(2) from exc
+    return msgspec.structs.replace(task, images=[*task.images, *blocks])
 
 
 async def follow(

@@ -25,7 +25,7 @@ def handler(
         str,
         typer.Argument(
             help="orchestrator, policy, executor, llm, capgen, guardrails, router, reloader, "
-            "or projector (every projection)."
+            "telemetry, pyagent (Python agents), or projector (every projection)."
         ),
     ],
     instances: Annotated[

@@ -22,6 +22,10 @@ from nanocrab.events import (
     LlmRequested,
     LlmResponded,
     MessageQueued,
+    PlanCreated,
+    PlanStepCompleted,
+    PlanStepFailed,
+    PlanStepStarted,
     ReplySent,
     RunCancelled,
     RunCompleted,
@@ -66,9 +70,10 @@ def line_for(s: Stored) -> Text | None:
             said = " ".join(b.text for b in content if isinstance(b, TextBlock))
             if said.strip():
                 t.append("\n    " + _clip(said, 140), "italic")
-        case LlmFailed(kind=kind, message=msg, will_retry=retry):
+        case LlmFailed(kind=kind, message=msg, will_retry=retry, failover_to=target):
             style = "yellow" if retry else "bold red"
-            t.append(f"  ! model {kind} error{' (retrying)' if retry else ''}: {_clip(msg)}", style)
+            again = f" (moving to {target})" if target else " (retrying)" if retry else ""
+            t.append(f"  ! model {kind} error{again}: {_clip(msg)}", style)
         case ContextCompacted(turns_summarised=n):
             t.append(f"  ⋯ context compacted: {n} earlier turns summarised", "yellow")
         case ToolRequested(tool=tool, arguments=args):
@@ -103,6 +108,17 @@ def line_for(s: Stored) -> Text | None:
             t.append(f"    ⇢ subagent {child}: ", "cyan").append(_clip(task))
         case SubagentCompleted(child_run_id=child, is_error=is_error):
             t.append(f"    ⇠ subagent {child} {'failed' if is_error else 'answered'}", "cyan")
+        case PlanCreated(steps=steps, revision=rev):
+            t.append(f"  ☰ plan{f' (revision {rev})' if rev else ''}: ", "bold cyan")
+            t.append(_clip("; ".join(f"{i + 1}. {st.intent}" for i, st in enumerate(steps)), 160))
+        case PlanStepStarted(index=i, step=st):
+            t.append(f"  ▸ step {i + 1}: ", "cyan").append(_clip(st.intent))
+            t.append(f" [{', '.join(st.tools) or 'no tools'}]", "dim")
+        case PlanStepCompleted(index=i):
+            t.append(f"  ✓ step {i + 1} done", "cyan")
+        case PlanStepFailed(index=i, reason=reason, replan=replan):
+            t.append(f"  ✗ step {i + 1} failed: {_clip(reason)}", "red")
+            t.append("; re-planning" if replan else "", "yellow")
         case ReplySent(text=text):
             t.append("  ◀ reply ", "bold magenta").append(_clip(text, 140))
         case RunCompleted(steps=steps):

@@ -52,7 +52,13 @@ class Settings(BaseModel):
     ``NANOCRAB_PROVIDER``  force ``anthropic`` or ``scripted``
     ``NANOCRAB_MODEL``     the Claude model (default: the provider's)
     ``NANOCRAB_SCRIPT``    the scripted model's YAML script (default: the bundled demo script)
-    ``NANOCRAB_WEB_ALLOW`` comma-separated hosts ``web_fetch`` may reach (default: none)
+    ``NANOCRAB_WEB_ALLOW`` comma-separated hosts ``web_fetch`` and ``web_search`` may reach
+                           (default: none)
+    ``NANOCRAB_SEARCH_API_KEY`` the search provider's key: with it the agent gets ``web_search``
+                           (its API host must also be on NANOCRAB_WEB_ALLOW and allowed by a
+                           policy rule; docs/agent.md)
+    ``NANOCRAB_SEARCH_PROVIDER`` ``brave`` (default) or ``tavily``
+    ``NANOCRAB_SEARCH_URL`` the provider's API URL (default: its public endpoint)
     ``NANOCRAB_POLICY``    the capability policy (default ``<home>/policy.yaml`` if it exists,
                            else the bundled secure default; see docs/security.md)
     ``NANOCRAB_GUARDRAILS`` the guardrails chain (default ``<home>/guardrails.yaml`` if it
@@ -80,6 +86,9 @@ class Settings(BaseModel):
     model: str = ""
     script: Path
     web_allow: tuple[str, ...] = ()
+    search_provider: str = "brave"  # NANOCRAB_SEARCH_PROVIDER
+    search_api_key: SecretStr | None = None  # None: no web_search tool
+    search_url: str | None = None  # None: the provider's public endpoint
     user_skills: Path
     user: str = "cli"  # who cancels or approves from this CLI (recorded in the log)
     policy_file: Path | None = None  # None: the bundled default policy
@@ -114,6 +123,9 @@ class Settings(BaseModel):
         web_allow = tuple(
             h.strip() for h in os.environ.get("NANOCRAB_WEB_ALLOW", "").split(",") if h.strip()
         )
+        search_key = os.environ.get("NANOCRAB_SEARCH_API_KEY") or None
+        if (os.environ.get("NANOCRAB_SEARCH_PROVIDER") or "brave") not in ("brave", "tavily"):
+            raise ValueError("NANOCRAB_SEARCH_PROVIDER: use brave or tavily")
         nats_auth = os.environ.get("NANOCRAB_NATS_AUTH") or None
         if nats_auth not in (None, "nkeys", "none"):
             raise ValueError(f"NANOCRAB_NATS_AUTH={nats_auth!r}: use nkeys or none")
@@ -146,6 +158,9 @@ class Settings(BaseModel):
             model=os.environ.get("NANOCRAB_MODEL", ""),
             script=script,
             web_allow=web_allow,
+            search_provider=os.environ.get("NANOCRAB_SEARCH_PROVIDER") or "brave",
+            search_api_key=SecretStr(search_key) if search_key else None,
+            search_url=os.environ.get("NANOCRAB_SEARCH_URL") or None,
             user_skills=Path.home() / ".nanocrab" / "skills",
             user=os.environ.get("USER") or getpass.getuser() or "cli",
         )

@@ -110,11 +110,17 @@ def _usage_table(rows: list[Any], by: str) -> Table:
 
 def _stops_table(rows: list[Any]) -> Table:
     t = Table(title="runs stopped by a budget", title_justify="left")
-    for col in ("time", "run", "scope", "key", "spent", "cap"):
+    for col in ("time", "run", "scope", "key", "spent", "cap", "then"):
         t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=30)
     for r in rows:
         usd = r.limit_kind == "usd"
         spent = f"${r.spent_usd:.4f}" if usd else f"{r.spent_tokens} tokens"
         cap = f"${r.max_usd}" if usd else f"{r.max_tokens} tokens"
-        t.add_row(f"{r.time:%Y-%m-%d %H:%M:%S}", r.run_id or "", r.scope, r.key, spent, cap)
+        # failed (the cap ends runs), asked (a person is asked), raised by whom, refused how
+        then = r.status
+        if r.status == "raised":
+            then += f" by {r.approver or '-'}"
+        elif r.status == "refused":
+            then += f" ({r.answer})"
+        t.add_row(f"{r.time:%Y-%m-%d %H:%M:%S}", r.run_id or "", r.scope, r.key, spent, cap, then)
     return t

@@ -10,25 +10,40 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab import demo
+from nanocrab.agents import add_default_tools
+from nanocrab.backends import backends_setup
 from nanocrab.bus import EventLog, Reactor
 from nanocrab.bus.artifacts import JetStreamArtifacts
+from nanocrab.capabilities.config import (
+    CapabilityConfig,
+    capabilities_file,
+    load_capability_config,
+)
+from nanocrab.capabilities.deps import blocked as capability_blocked
 from nanocrab.cli.settings import Settings
+from nanocrab.connectors import connectors_setup
 from nanocrab.guardrails import load_guardrails
 from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.capgen import CapgenHandler
 from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.guardrails import Chain, GuardrailsHandler, Prescreener
+from nanocrab.handlers.hooks import HooksHandler
 from nanocrab.handlers.llm import LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.orchestrator.budget import Spending, Spent
+from nanocrab.handlers.orchestrator.plan import PlanTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
+from nanocrab.handlers.pyagent import PyAgentHandler
 from nanocrab.handlers.reloader import Reloader
 from nanocrab.handlers.router import RouterHandler, model_classifier
 from nanocrab.handlers.sessions import SessionIndex
+from nanocrab.hooks import Hooks, hooks_file
 from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
 from nanocrab.llm.base import Provider
+from nanocrab.mcp import mcp_setup
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities
+from nanocrab.projections.capabilities import dependency_nodes
 from nanocrab.projections.memory_search import Recaller, recaller
 from nanocrab.projections.memory_search import searcher as memory_searcher
 from nanocrab.projections.sessions import session_snapshot
@@ -43,6 +58,7 @@ from nanocrab.tools import LocalOperations, ToolRegistry, default_tools
 from nanocrab.tools.capability import CapabilityTool, EnabledCapability
 from nanocrab.tools.discovery import AvailableAgentsTool, SkillsForTaskTool
 from nanocrab.tools.memory import RecallTool, RememberTool
+from nanocrab.tools.search import SearchProvider, make_search_provider
 
 
 def make_provider(settings: Settings) -> Provider:
@@ -73,10 +89,12 @@ def sandbox_for(settings: Settings) -> Sandbox:
 
 class CapabilityCatalogue:
     """The enabled capabilities as the ``capability`` tool and the policy see them: read from
-    the registry projection (so ``enable``/``disable`` apply to the next call)."""
+    the registry projection (so ``enable``/``disable`` apply to the next call), each with why
+    it is ``blocked`` (its dependency chain, the permissions ``capability_config`` permits)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, config: CapabilityConfig | None = None) -> None:
         self.engine = engine
+        self.config = config or CapabilityConfig()
 
     async def lookup(self, name: str) -> EnabledCapability | None:
         detail = await capability(self.engine, name)
@@ -86,9 +104,12 @@ class CapabilityCatalogue:
         code = next((v.code for v in detail.versions if v.version == row.version), None)
         if code is None:
             return None
+        nodes = dependency_nodes(await list_capabilities(self.engine, include_removed=True))
         return EnabledCapability(
             name=row.name, version=row.version, description=row.description, entry=row.entry,
             parameters=row.parameters, permissions=tuple(row.permissions), source=code,
+            user_guidance=row.user_guidance, requires=tuple(row.requires),
+            blocked=capability_blocked(nodes, row.name, row.permissions, self.config),
         )  # fmt: skip
 
     async def enabled(self) -> list[EnabledCapability]:
@@ -101,19 +122,28 @@ class CapabilityCatalogue:
         return None if cap is None else cap.permissions
 
 
+def capability_config(settings: Settings) -> CapabilityConfig:
+    """``capabilities.yaml``'s ``capability_config`` (``NANOCRAB_CAPABILITIES``, else in the
+    config directory; defaults without); a bad file raises ``CapabilityConfigError``."""
+    return load_capability_config(capabilities_file(config_dir(settings), os.environ))
+
+
 def build_capgen(
     log: EventLog,
     settings: Settings,
     *,
     provider: Provider | None = None,
     sandbox: Sandbox | None = None,
+    config: CapabilityConfig | None = None,
 ) -> CapgenHandler:
-    """The capability generator (``log`` is its own: identity ``capgen``)."""
+    """The capability generator (``log`` is its own: identity ``capgen``), with the settings
+    of ``capabilities.yaml`` (``config``, default: read now)."""
     return CapgenHandler(
         log,
         provider=provider or make_capgen_provider(settings),
         sandbox=sandbox or sandbox_for(settings),
         model=settings.model,
+        config=config or capability_config(settings),
     )
 
 
@@ -172,13 +202,36 @@ def build_reactors(
     view = config_view(settings, logs("reloader"), discovered, rules, chain, skill_dirs)
     skills = VersionedSkills(view)
     sandbox = sandbox_for(settings)  # one per process: the python tool, capabilities, capgen
-    capabilities = CapabilityCatalogue(engine)
+    capconfig = capability_config(settings)  # capabilities.yaml: a bad one stops start-up
+    capabilities = CapabilityCatalogue(engine, capconfig)
+    # mcp.yaml: the MCP servers' tools, listed and screened now; the executor owns the sessions
+    mcp = mcp_setup(config_dir(settings), os.environ, log_dir=settings.home / "mcp-logs")
+    add_default_tools([t.name for t in mcp.tools])
+    # connectors.yaml: mail and calendar tools; their credentials stay with the executor
+    connectors = connectors_setup(config_dir(settings), os.environ)
+    # backends.yaml: agents whose tools run on a remote host (SSH); the executor keeps the keys
+    backends = backends_setup(config_dir(settings), os.environ)
+    add_default_tools([t.name for t in connectors.tools])
+    search = search_provider(settings)  # web_search when a search API key is set
+    # hooks.yaml: extension hooks (nanocrab/hooks), imported now so a bad one stops start-up
+    hooks_path = hooks_file(settings.home, os.environ)
+    hooks = Hooks.from_file(hooks_path) if hooks_path is not None else Hooks()
+    if search is not None:
+        add_default_tools(["web_search"])
     registry = ToolRegistry(
         [
-            *default_tools(web_allow=settings.web_allow, sandbox=sandbox),
+            *default_tools(web_allow=settings.web_allow, sandbox=sandbox, search=search),
+            *mcp.tools,
+            *connectors.tools,
             SkillTool(skills),
             SpawnTool(),
-            CapabilityTool(sandbox, lookup=capabilities.lookup, catalogue=capabilities.enabled),
+            PlanTool(),
+            CapabilityTool(
+                sandbox,
+                lookup=capabilities.lookup,
+                catalogue=capabilities.enabled,
+                limits=capconfig.limits.invocations(),
+            ),
             RememberTool(),
             RecallTool(memory_searcher(engine)),
             AvailableAgentsTool(),
@@ -237,8 +290,19 @@ def build_reactors(
             known_tools=frozenset(registry.names()),
             default_workspace=workspace,
             capability_permissions=capabilities.permissions,
-            protected=[p for p in (settings.home, settings.policy_file) if p is not None],
+            protected=[
+                p
+                for p in (
+                    settings.home,
+                    settings.policy_file,
+                    *connectors.protected,
+                    *backends.protected,
+                )
+                if p is not None
+            ],
             config=view,
+            tool_hosts={"web_search": search.endpoint.host} if search is not None else None,
+            resources_of=connectors.resources,
         ),
         Executor(
             logs("executor"),
@@ -248,8 +312,22 @@ def build_reactors(
             default_workspace=workspace,
             trusted_policy=policy_keys,
             trusted_approvers=approvers,
-            confinement=rules.exec.confinement(protected=(settings.home, settings.keys_dir)),
+            confinement=rules.exec.confinement(
+                protected=(
+                    settings.home,
+                    settings.keys_dir,
+                    *connectors.protected,
+                    *backends.protected,
+                )
+            ),
             config=view,
+            mcp=mcp.hub,
+            notices=mcp.alerts,
+            alert_sink=(
+                AlertSink(settings.alert_webhook) if settings.alert_webhook and mcp.alerts else None
+            ),
+            hooks=hooks or None,
+            backends=backends.by_agent,
         ),
         LlmHandler(
             logs("llm"),
@@ -261,11 +339,21 @@ def build_reactors(
             history=history,
             recall=run_start_recall(engine, os.environ),
             prescreen=prescreen,
+            agents=view,  # runs of Python agents are answered by their code, not the model
+            hooks=hooks or None,
         ),
-        build_capgen(logs("capgen"), settings, provider=capgen_provider, sandbox=sandbox),
+        PyAgentHandler(logs("pyagent"), view=view),
+        build_capgen(
+            logs("capgen"),
+            settings,
+            provider=capgen_provider,
+            sandbox=sandbox,
+            config=capconfig,
+        ),
         *guards,
         router,
         Reloader(logs("reloader"), view=view, config_dir=config_dir(settings)),
+        *([HooksHandler(logs("hooks"), hooks=hooks)] if hooks.at("run_end") else []),
     ]
     mode = os.environ.get("NANOCRAB_TELEMETRY", "on")
     if mode == "off":  # no GenAI spans, metrics, alerts
@@ -294,6 +382,17 @@ def telemetry_handler(
         handlers=watched,
         lag_threshold=int(os.environ.get("NANOCRAB_LAG_ALERT", "1000")),
         live=live,
+    )
+
+
+def search_provider(settings: Settings) -> SearchProvider | None:
+    """The ``web_search`` provider the settings configure; ``None`` without an API key."""
+    if settings.search_api_key is None:
+        return None
+    return make_search_provider(
+        settings.search_provider,
+        settings.search_api_key.get_secret_value(),
+        endpoint=settings.search_url,
     )
 
 

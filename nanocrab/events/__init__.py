@@ -3,8 +3,16 @@
 This package imports nothing else of nanocrab; every other layer speaks in these types.
 """
 
+from nanocrab.events.agents import AgentHealth, AgentLogged, AgentMetric, LogLevel
 from nanocrab.events.base import ENVELOPE_FIELDS, Event, SubjectKind
-from nanocrab.events.budget import Budget, BudgetExceeded, BudgetScope
+from nanocrab.events.budget import (
+    Budget,
+    BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
+    BudgetScope,
+    OnExceed,
+)
 from nanocrab.events.capabilities import (
     MAX_SOURCE_BYTES,
     CapabilityDisabled,
@@ -30,6 +38,7 @@ from nanocrab.events.guardrails import (
     GuardrailFinding,
     screened_message,
 )
+from nanocrab.events.hooks import HookApplied, HookPoint
 from nanocrab.events.ids import child_run_id, derive_event_id, new_event_id, utcnow
 from nanocrab.events.llm import (
     ContextCompacted,
@@ -38,10 +47,16 @@ from nanocrab.events.llm import (
     LlmRequested,
     LlmResponded,
 )
+from nanocrab.events.plans import (
+    PlanCreated,
+    PlanStep,
+    PlanStepCompleted,
+    PlanStepFailed,
+    PlanStepStarted,
+)
 from nanocrab.events.registry import EVENT_TYPES, AnyEvent, payload_fields
 from nanocrab.events.runs import (
     MessageQueued,
-    PlanCreated,
     ReplySent,
     RouteDecided,
     RunCancelled,
@@ -49,8 +64,7 @@ from nanocrab.events.runs import (
     RunFailed,
     RunStarted,
     SessionArchived,
-    StepCompleted,
-    StepStarted,
+    SessionBranched,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -97,6 +111,7 @@ from nanocrab.events.tool_details import (
     SpawnDetails,
     ToolDetails,
     WebFetchDetails,
+    WebSearchDetails,
     WriteDetails,
 )
 from nanocrab.events.tools import (
@@ -124,6 +139,9 @@ __all__ = [
     "ENVELOPE_FIELDS",
     "EVENT_TYPES",
     "MAX_SOURCE_BYTES",
+    "AgentHealth",
+    "AgentLogged",
+    "AgentMetric",
     "AlertRaised",
     "AnyEvent",
     "ApprovalDenied",
@@ -133,6 +151,8 @@ __all__ = [
     "ArtifactRef",
     "Budget",
     "BudgetExceeded",
+    "BudgetRaised",
+    "BudgetRefused",
     "BudgetScope",
     "BusDeadLettered",
     "BusMalformed",
@@ -168,16 +188,24 @@ __all__ = [
     "GuardrailChecked",
     "GuardrailCheckpoint",
     "GuardrailFinding",
+    "HookApplied",
+    "HookPoint",
     "ImageBlock",
     "LlmDelta",
     "LlmFailed",
     "LlmRequested",
     "LlmResponded",
+    "LogLevel",
     "LsDetails",
     "MemoryConsolidated",
     "MemoryRecalled",
     "MessageQueued",
+    "OnExceed",
     "PlanCreated",
+    "PlanStep",
+    "PlanStepCompleted",
+    "PlanStepFailed",
+    "PlanStepStarted",
     "PythonDetails",
     "ReadDetails",
     "ReloadActivated",
@@ -198,13 +226,12 @@ __all__ = [
     "SandboxOutcome",
     "SecurityRejected",
     "SessionArchived",
+    "SessionBranched",
     "SkillActivated",
     "SkillDetails",
     "SkillPublished",
     "SkillRolledBack",
     "SpawnDetails",
-    "StepCompleted",
-    "StepStarted",
     "SubagentCompleted",
     "SubagentSpawned",
     "SubjectKind",
@@ -223,6 +250,7 @@ __all__ = [
     "UpcasterRegistry",
     "Usage",
     "WebFetchDetails",
+    "WebSearchDetails",
     "WriteDetails",
     "child_run_id",
     "default_upcasters",

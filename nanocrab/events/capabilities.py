@@ -91,7 +91,11 @@ class CapabilityTested(_CapabilityEvent, frozen=True, tag="capability.tested"):
 
 
 class CapabilityRegistered(_CapabilityEvent, frozen=True, tag="capability.registered"):
-    """A tested version became the capability's current one."""
+    """A tested version became the capability's current one.
+
+    ``user_guidance``: how to use it (the module's ``user_guidance``, else the request's
+    guidance); ``requires``: the capabilities it depends on, by name (they must be enabled for
+    it to be enabled or invoked)."""
 
     version: str
     content_hash: str
@@ -103,19 +107,38 @@ class CapabilityRegistered(_CapabilityEvent, frozen=True, tag="capability.regist
     code: str = ""
     tests: list[str] = []
     attempt: int = 1
+    user_guidance: str = ""
+    requires: list[str] = []
 
 
 class CapabilityEnabled(_CapabilityEvent, frozen=True, tag="capability.enabled"):
+    """``requires``: its declared dependencies, all enabled when it was; ``required_by``: the
+    capability whose enabling enabled this one too (``""``: enabled for itself); ``reason``:
+    e.g. ``auto_enable`` when the generator enabled it by configuration."""
+
     version: str
+    requires: list[str] = []
+    required_by: str = ""
+    reason: str = ""
 
 
 class CapabilityDisabled(_CapabilityEvent, frozen=True, tag="capability.disabled"):
+    """``dependents``: enabled capabilities requiring this one when it was disabled (only with
+    ``forced``: otherwise such a disable is refused); they stay enabled but cannot be invoked
+    until it is enabled again."""
+
     version: str
     reason: str = ""
+    forced: bool = False
+    dependents: list[str] = []
 
 
 class CapabilityRemoved(_CapabilityEvent, frozen=True, tag="capability.removed"):
+    """``forced`` and ``dependents`` as in ``capability.disabled``."""
+
     reason: str = ""
+    forced: bool = False
+    dependents: list[str] = []
 
 
 class CapabilityInvoked(_CapabilityEvent, frozen=True, tag="capability.invoked"):

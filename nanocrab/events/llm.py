@@ -37,14 +37,20 @@ class LlmResponded(Event, frozen=True, tag="llm.responded"):
 
 
 class LlmFailed(Event, frozen=True, tag="llm.failed"):
-    """``overflow`` → compact and retry once; ``retryable`` → backoff; ``fatal`` → fail the run."""
+    """``overflow`` → compact and retry once; ``retryable`` → backoff; ``fatal`` → fail the run;
+    ``agent``: a Python agent playing the model's part failed (it raised, returned no
+    ``Response``, timed out, or could not be loaded) → ``run.failed{kind: agent}``."""
 
-    kind: Literal["overflow", "retryable", "fatal"]
+    kind: Literal["overflow", "retryable", "fatal", "agent"]
     message: str
     turn: int = 0
     will_retry: bool = False  # an attempt that failed; the handler tries again
     status_code: int | None = None
     attempts: int = 1
+    # failover (nanocrab/llm/failover.py): the model that failed, and the one the call moved
+    # to (``provider/model`` or ``model``; empty: no move) — then ``will_retry`` is true
+    model: str = ""
+    failover_to: str = ""
 
 
 class ContextCompacted(Event, frozen=True, tag="context.compacted"):

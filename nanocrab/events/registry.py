@@ -6,8 +6,9 @@ from typing import Final
 
 import msgspec
 
+from nanocrab.events.agents import AgentHealth, AgentLogged, AgentMetric
 from nanocrab.events.base import ENVELOPE_FIELDS, Event
-from nanocrab.events.budget import BudgetExceeded
+from nanocrab.events.budget import BudgetExceeded, BudgetRaised, BudgetRefused
 from nanocrab.events.capabilities import (
     CapabilityDisabled,
     CapabilityEnabled,
@@ -19,10 +20,11 @@ from nanocrab.events.capabilities import (
     CapabilityTested,
 )
 from nanocrab.events.guardrails import AlertRaised, GuardrailChecked
+from nanocrab.events.hooks import HookApplied
 from nanocrab.events.llm import ContextCompacted, LlmDelta, LlmFailed, LlmRequested, LlmResponded
+from nanocrab.events.plans import PlanCreated, PlanStepCompleted, PlanStepFailed, PlanStepStarted
 from nanocrab.events.runs import (
     MessageQueued,
-    PlanCreated,
     ReplySent,
     RouteDecided,
     RunCancelled,
@@ -30,8 +32,7 @@ from nanocrab.events.runs import (
     RunFailed,
     RunStarted,
     SessionArchived,
-    StepCompleted,
-    StepStarted,
+    SessionBranched,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -71,7 +72,8 @@ from nanocrab.events.tools import (
 
 AnyEvent = (
     TaskSubmitted | RunStarted | RunCompleted | RunFailed | RunCancelled
-    | RouteDecided | GuardrailChecked | AlertRaised | PlanCreated | StepStarted | StepCompleted
+    | RouteDecided | GuardrailChecked | AlertRaised
+    | PlanCreated | PlanStepStarted | PlanStepCompleted | PlanStepFailed
     | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
@@ -82,7 +84,10 @@ AnyEvent = (
     | SkillPublished | SkillActivated | SkillRolledBack
     | ReloadFailed | ReloadProposed | ReloadRejected | ReloadActivated | ReloadRolledBack
     | ReloadRequested | MemoryConsolidated | MemoryRecalled | ReplySent | SessionArchived
-    | BusMalformed | BusDeadLettered | BudgetExceeded
+    | SessionBranched
+    | BusMalformed | BusDeadLettered | BudgetExceeded | BudgetRaised | BudgetRefused
+    | AgentLogged | AgentMetric | AgentHealth
+    | HookApplied
 )  # fmt: skip
 """The tagged union of every event type; decode targets and exhaustive matches use it."""
 

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from nanocrab.events.base import Event, SubjectKind
 from nanocrab.events.budget import Budget
-from nanocrab.events.values import Capability
+from nanocrab.events.values import Capability, ImageBlock
 
 
 class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
@@ -30,6 +30,9 @@ class TaskSubmitted(Event, frozen=True, tag="task.submitted"):
     # None = the rules alone decide
     capabilities: list[Capability] | None = None
     budget: Budget | None = None  # caps on this run's model spending (docs/observability.md)
+    # images given with the task (CLI ``--image``, the gateway): each names its object-store
+    # artifact (a content hash), never inline; the model sees them after the text
+    images: list[ImageBlock] = []
 
 
 class RunStarted(Event, frozen=True, tag="run.started"):
@@ -55,7 +58,9 @@ class RunFailed(Event, frozen=True, tag="run.failed"):
     ``handlers/orchestrator/rejections.py``)."""
 
     kind: Literal[
-        "llm", "tool", "timeout", "max_steps", "internal", "rejected", "guardrail", "budget"
+        "llm", "tool", "timeout", "max_steps", "internal", "rejected", "guardrail", "budget",
+        "agent",  # a Python agent's code failed (nanocrab/pyagent, docs/agents.md)
+        "plan",  # a plan's step failed and its re-plans were spent (events/plans.py)
     ]
     reason: str
 
@@ -79,19 +84,6 @@ class RouteDecided(Event, frozen=True, tag="route.decided"):
     score: float = 0.0
     margin: float = 0.0
     method: Literal["embedding", "llm", "fallback"] = "embedding"
-
-
-class PlanCreated(Event, frozen=True, tag="plan.created"):
-    steps: list[str]
-
-
-class StepStarted(Event, frozen=True, tag="step.started"):
-    index: int
-
-
-class StepCompleted(Event, frozen=True, tag="step.completed"):
-    index: int
-    action: Literal["respond", "tool_call", "finish"]
 
 
 class MessageQueued(Event, frozen=True, tag="message.queued"):
@@ -127,3 +119,22 @@ class SessionArchived(Event, frozen=True, tag="session.archived"):
 
     reason: str = ""
     next_session_id: str | None = None
+
+
+class SessionBranched(Event, frozen=True, tag="session.branched"):
+    """A new session (the envelope's ``session_id``) forked from event ``at_event_id`` of run
+    ``parent_run_id`` (of session ``parent_session_id``; ``None`` for a run without one).
+
+    Nothing is copied: a task of the branch sees the parent's history up to and including the
+    fork event (``at_seq``, its stream sequence), then the branch's own messages
+    (``handlers/branches.py``). Appended before the branch's first task; the first one of a
+    session stands. ``at_type``: the fork event's type, for timelines; ``by``: who branched."""
+
+    subject_kind: ClassVar[SubjectKind] = "session"
+
+    parent_run_id: str
+    at_event_id: str
+    at_seq: int
+    parent_session_id: str | None = None
+    at_type: str = ""
+    by: str = ""

@@ -66,6 +66,13 @@ class ApprovalRequested(Event, frozen=True, tag="approval.requested"):
     nonce: str = ""
     # "session" is offered for Guarded calls only
     options: list[Remember] = msgspec.field(default_factory=lambda: ["once"])
+    # "budget": not a tool call but a run over a spending cap asking for more; then ``call_id``
+    # is the ``budget.exceeded`` event's id, ``tool`` is "budget" and ``arguments`` say which
+    # cap, what was spent and what an approval adds (the policy answers ``budget.raised`` /
+    # ``budget.refused`` instead of a grant)
+    # "plan_step": a planning run's step approved as a whole (handlers/plan_approval.py); then
+    # ``call_id`` is the approval's own id, ``tool`` is "plan_step", ``arguments`` the step
+    about: Literal["tool_call", "budget", "plan_step"] = "tool_call"
 
 
 class ApprovalGranted(Event, frozen=True, tag="approval.granted"):

@@ -18,6 +18,13 @@ class ReadDetails(msgspec.Struct, frozen=True, tag="read", kw_only=True):
     total_lines: int
     truncated: bool = False
     next_offset: int | None = None  # where to continue when truncated
+    # an image file, returned as an image block (offset 1, lines and total_lines 0): its type,
+    # the bytes the model was given, their pixel size when known, whether it was scaled down
+    media_type: str | None = None
+    image_bytes: int = 0
+    width: int | None = None
+    height: int | None = None
+    resized: bool = False
 
 
 class WriteDetails(msgspec.Struct, frozen=True, tag="write", kw_only=True):
@@ -73,6 +80,17 @@ class WebFetchDetails(msgspec.Struct, frozen=True, tag="web_fetch", kw_only=True
     truncated: bool = False
 
 
+class WebSearchDetails(msgspec.Struct, frozen=True, tag="web_search", kw_only=True):
+    """One search: which provider and API host answered, the query, the result URLs (the
+    snippets are in the content; the API key is never recorded)."""
+
+    provider: str
+    host: str
+    query: str
+    results: int
+    urls: list[str] = []
+
+
 class SkillDetails(msgspec.Struct, frozen=True, tag="skill", kw_only=True):
     name: str
     resource: str | None = None
@@ -112,6 +130,6 @@ class PythonDetails(msgspec.Struct, frozen=True, tag="python", kw_only=True):
 
 ToolDetails = (
     ReadDetails | WriteDetails | EditDetails | LsDetails | GlobDetails | GrepDetails
-    | ExecDetails | WebFetchDetails | SkillDetails | SpawnDetails | CapabilityDetails
-    | PythonDetails
+    | ExecDetails | WebFetchDetails | WebSearchDetails | SkillDetails | SpawnDetails
+    | CapabilityDetails | PythonDetails
 )  # fmt: skip

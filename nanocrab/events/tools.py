@@ -20,6 +20,9 @@ ToolErrorKind = Literal[
     # its effects are unknown
     "interrupted",
     "failed",  # the tool ran and reported failure (non-zero exit, HTTP error, no match, ...)
+    # the server behind the tool (an MCP server) could not be started or reached, or went away
+    # during the call; its effects are unknown
+    "unavailable",
     "internal",  # a bug in the tool
 ]
 
@@ -36,10 +39,14 @@ class ToolRequested(Event, frozen=True, tag="tool.requested"):
 
 
 class ToolStarted(Event, frozen=True, tag="tool.started"):
+    """``backend``: the operations backend the call runs on when it is not the executor's own
+    host (``ssh:<name>``, from ``backends.yaml``); ``None``: local."""
+
     call_id: str
     tool: str
     invocation_id: str
     grant_id: str | None = None
+    backend: str | None = None
 
 
 class ToolOutput(Event, frozen=True, tag="tool.output"):

@@ -10,6 +10,8 @@ approval (404), a finished run or answered approval (409). docs/gateway.md lists
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,9 +27,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from nanocrab.branching import fork_json, tree_json
 from nanocrab.bus import BusError
 from nanocrab.gateway.auth import COOKIE, Authenticator, bearer
-from nanocrab.gateway.bodies import read_body
+from nanocrab.gateway.bodies import MAX_TASK_BODY, read_body
 from nanocrab.gateway.errors import Problem, not_found
 from nanocrab.gateway.filters import parse_since
 from nanocrab.gateway.live import Position, feed, history, sse
@@ -36,6 +39,7 @@ from nanocrab.gateway.tokens import Scope, Token
 from nanocrab.projections.audit import STATUSES
 
 KEEPALIVE_S = 15.0
+MAX_IMAGE_BASE64 = 5 * 1024 * 1024  # characters of one task image (about 3.75 MiB of file)
 log = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(auto_error=False, description="An API token: `nanocrab gateway token create`")
@@ -45,8 +49,20 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
 
+class ImageIn(_Body):
+    name: str = Field(default="image", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    data: str = Field(
+        min_length=1, max_length=MAX_IMAGE_BASE64,
+        description="A PNG, JPEG, GIF or WebP file, base64-encoded (scaled down when large).",
+    )  # fmt: skip
+
+
 class TaskIn(_Body):
     text: str = Field(min_length=1, max_length=32_000, description="The task, in plain words.")
+    images: list[ImageIn] = Field(
+        default=[], max_length=4,
+        description="Images for the model, stored in the object store (the task names them).",
+    )  # fmt: skip
     agent: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     session_id: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_-]{1,128}$",
@@ -61,6 +77,13 @@ class MessageIn(_Body):
 
 class CancelIn(_Body):
     reason: str = Field(default="cancelled over the gateway", max_length=2000)
+
+
+class BranchIn(_Body):
+    at: str = Field(
+        min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$",
+        description="The event to fork at: its id, or a unique prefix or suffix of it.",
+    )  # fmt: skip
 
 
 _RUN = Field(
@@ -188,13 +211,14 @@ def create_app(backend: Backend, *, web: bool = True) -> FastAPI:
 
         ``Idempotency-Key`` (any string up to 200 chars): a retry with the same key and body
         returns the same run (``replayed: true``) instead of starting another."""
-        body = await read_body(request, TaskIn)
+        body = await read_body(request, TaskIn, limit=MAX_TASK_BODY)
         key = request.headers.get("idempotency-key")
         if key is not None and not (0 < len(key) <= 200):
             raise Problem(400, "bad-idempotency-key", "Bad Idempotency-Key", "1-200 characters")
         done = await backend.submit(
             token, text=body.text, agent=body.agent, session_id=body.session_id,
             idempotency_key=key, request_hash=body_hash(body.model_dump()),
+            images=[(i.name, _base64(i.data)) for i in body.images],
         )  # fmt: skip
         return JSONResponse(
             {"run_id": done.run_id, "session_id": done.session_id or None, "seq": done.seq,
@@ -301,6 +325,21 @@ def create_app(backend: Backend, *, web: bool = True) -> FastAPI:
         appended = await backend.message(token, run_id, body.text, body.mode)
         return {"run_id": run_id, "event_id": appended.event_id, "seq": appended.seq}
 
+    @app.post("/v1/runs/{run_id}/branch", status_code=201, tags=["runs"],
+              openapi_extra=_doc(BranchIn))  # fmt: skip
+    async def branch(request: Request, run_id: str, token: Submitter) -> dict[str, Any]:
+        """Start a new session from any event of the run: it shares the run's history up to
+        and including that event. Continue it with ``POST /v1/tasks`` and its ``session_id``."""
+        body = await read_body(request, BranchIn)
+        branched, appended = await backend.branch(token, run_id, body.at)
+        return {"event_id": appended.event_id, "seq": appended.seq, **fork_json(branched)}
+
+    @app.get("/v1/runs/{run_id}/tree", tags=["runs"])
+    async def tree(run_id: str, token: Reader) -> dict[str, Any]:
+        """Where the run sits in the session tree: the forks that led to its session (oldest
+        first) and the branches forked from it, with their runs."""
+        return tree_json(await backend.tree(token.tenant, run_id))
+
     @app.post("/v1/runs/{run_id}/cancel", status_code=202, tags=["runs"],
               openapi_extra=_doc(CancelIn))  # fmt: skip
     async def cancel(request: Request, run_id: str, token: Submitter) -> dict[str, Any]:
@@ -377,6 +416,14 @@ def create_app(backend: Backend, *, web: bool = True) -> FastAPI:
 
         mount(app, backend)
     return app
+
+
+def _base64(data: str) -> bytes:
+    """A task image's bytes; 422 when ``data`` is not base64."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error as exc:
+        raise Problem(422, "bad-image", "An image is not base64", str(exc)) from exc
 
 
 def _since(text: str | None) -> datetime | None:

@@ -11,15 +11,17 @@ from nanocrab.gateway.errors import Problem
 
 MAX_BODY = 64 * 1024
 """Bytes a request body may have (a task's text is well under it): 413 above."""
+MAX_TASK_BODY = 24 * 1024 * 1024
+"""Bytes a task body may have: it may carry images (base64), at most 4 of 5 MiB each."""
 M = TypeVar("M", bound=BaseModel)
 
 
-async def read_body(request: Request, model: type[M]) -> M:
-    """The body as ``model``: 413 over :data:`MAX_BODY`, 415 unless JSON, 400 for bad JSON,
-    422 for the wrong shape. Reads at most ``MAX_BODY + 1`` bytes, whatever the client claims."""
+async def read_body(request: Request, model: type[M], *, limit: int = MAX_BODY) -> M:
+    """The body as ``model``: 413 over ``limit`` bytes, 415 unless JSON, 400 for bad JSON,
+    422 for the wrong shape. Reads at most ``limit + 1`` bytes, whatever the client claims."""
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise Problem(413, "too-large", "Request body too large", f"over {MAX_BODY} bytes")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise Problem(413, "too-large", "Request body too large", f"over {limit} bytes")
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise Problem(
@@ -29,8 +31,8 @@ async def read_body(request: Request, model: type[M]) -> M:
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_BODY:
-            raise Problem(413, "too-large", "Request body too large", f"over {MAX_BODY} bytes")
+        if len(body) > limit:
+            raise Problem(413, "too-large", "Request body too large", f"over {limit} bytes")
     try:
         return model.model_validate_json(bytes(body))
     except ValidationError as exc:

@@ -1,10 +1,11 @@
 """What the gateway does on the bus and in the read models, apart from HTTP.
 
-Writes go out on two connections: ``gateway`` (tasks, messages, cancels — the broker refuses it
-anything else) and ``approver`` (answers, signed with the approver key, only ever on behalf of a
-token holding the ``approve`` scope; the HTTP layer checks the scope). Reads of one run come
-straight from the log, scoped to the token's tenant by subject, so they are never stale; lists
-(runs, approvals, audit, capabilities) come from the projections ``nanocrab up`` keeps current.
+Writes go out on two connections: ``gateway`` (tasks, messages, cancels, branches — the
+broker refuses it anything else) and ``approver`` (answers, signed with the approver key, only
+ever on behalf of a token holding the ``approve`` scope; the HTTP layer checks the scope).
+Reads of one run come straight from the log, scoped to the token's tenant by subject, so they
+are never stale; lists (runs, approvals, audit, capabilities) come from the projections
+``nanocrab up`` keeps current.
 
 Every check that can refuse a request (unknown run, another tenant's run, a finished run, an
 answered approval) runs before anything is appended: a refused request leaves no event.
@@ -13,6 +14,7 @@ answered approval) runs before anything is appended: a refused request leaves no
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -22,18 +24,22 @@ import nkeys
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from nanocrab.branching import BranchError, RunTree, find_in_run, run_tree
 from nanocrab.bus import Appended, EventLog, Stored, append_traced, read
+from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
+    ImageBlock,
     LlmResponded,
     MessageQueued,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    SessionBranched,
     TaskSubmitted,
     ToolCompleted,
     new_event_id,
@@ -55,6 +61,7 @@ from nanocrab.projections import (
     violations,
 )
 from nanocrab.security import sign
+from nanocrab.tools.images import ImageTooLarge, NotAnImage, store_image
 
 TERMINAL = ("run.completed", "run.failed", "run.cancelled")
 RunStatus = Literal[
@@ -117,8 +124,8 @@ def fold_run(run_id: str, events: list[Stored]) -> RunView:
             )  # fmt: skip
             continue
         timeline.append(
-            {"seq": s.seq, "type": e.type, "time": e.time.isoformat(), "source": e.source,
-             "step_id": e.step_id, "summary": summarize(e)}
+            {"seq": s.seq, "id": e.id, "type": e.type, "time": e.time.isoformat(),
+             "source": e.source, "step_id": e.step_id, "summary": summarize(e)}
         )  # fmt: skip
         match e:
             case TaskSubmitted() if task is None:
@@ -212,11 +219,15 @@ class Backend:
         session_id: str | None,
         idempotency_key: str | None,
         request_hash: str,
+        images: Sequence[tuple[str, bytes]] = (),
     ) -> Submitted:
         """Publish a ``task.submitted`` for ``token``'s tenant. With an idempotency key the run
         id is remembered: the same key and body answer with the first run (appending again,
         which JetStream de-duplicates, only if the first attempt never got stored); the same key
-        with another body is a 422."""
+        with another body is a 422. ``images`` (name, bytes) are fitted and stored in the object
+        store first (content-addressed: a retry stores nothing new); one that is not an image,
+        or cannot be fitted, is a 422."""
+        blocks = [await self._image(name, data) for name, data in images]
         run_id = new_event_id()
         session = session_id or new_event_id()
         if idempotency_key is not None:
@@ -236,12 +247,18 @@ class Backend:
                 run_id = known.run_id
         event = TaskSubmitted(
             id=run_id, text=text, agent=agent, run_id=run_id, task_id=run_id,
-            session_id=session, tenant=token.tenant, source="gateway",
+            session_id=session, tenant=token.tenant, source="gateway", images=blocks,
         )  # fmt: skip
         appended: Appended = await append_traced(self.log, event)
         if idempotency_key is not None:
             self.tokens.published(token.tenant, idempotency_key)
         return Submitted(run_id, session, event.id, appended.seq, replayed=appended.duplicate)
+
+    async def _image(self, name: str, data: bytes) -> ImageBlock:
+        try:
+            return await store_image(JetStreamArtifacts(self.log), name, data)
+        except (NotAnImage, ImageTooLarge) as exc:
+            raise Problem(422, "bad-image", "An image cannot be used", str(exc)) from exc
 
     async def message(
         self, token: Token, run_id: str, text: str, mode: Literal["steer", "follow_up"]
@@ -252,6 +269,32 @@ class Backend:
             tenant=token.tenant, source="gateway",
         )  # fmt: skip
         return await append_traced(self.log, event, parent=view.trace)
+
+    async def branch(self, token: Token, run_id: str, at: str) -> tuple[SessionBranched, Appended]:
+        """A new session forked from event ``at`` of ``token``'s tenant's run ``run_id``
+        (``nanocrab/branching.py``): 404 for an unknown run or event, 422 for an ambiguous id.
+        The run may be live or finished; nothing of it changes."""
+        events = await self.run_events(token.tenant, run_id)
+        if not events:
+            raise not_found("run", run_id)
+        try:
+            point = find_in_run(run_id, events, at)
+        except BranchError as exc:
+            raise Problem(422, "ambiguous-event", "The event id is ambiguous", str(exc)) from None
+        if point is None:
+            raise Problem(
+                404, "not-found", "No such event",
+                f"run {run_id} has no event {at!r} (its events: GET /v1/runs/{run_id})",
+            )  # fmt: skip
+        branched = point.branch(by=token.name, source="gateway")
+        task = next((s.event for s in events if isinstance(s.event, TaskSubmitted)), None)
+        appended = await append_traced(self.log, branched, parent=task.trace if task else None)
+        return branched, appended
+
+    async def tree(self, tenant: str, run_id: str) -> RunTree:
+        """The forks that led to the run's session and the branches forked from the run."""
+        view = await self.run(tenant, run_id)
+        return await run_tree(self.log, run_id, view.session_id, tenant=tenant)
 
     async def cancel(self, token: Token, run_id: str, reason: str) -> Appended:
         view = await self.live(token.tenant, run_id)

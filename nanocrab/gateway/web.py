@@ -11,6 +11,7 @@ nor send it with a JSON request.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Any
 
@@ -28,6 +29,8 @@ from nanocrab.gateway.service import Backend
 from nanocrab.gateway.tokens import Token
 from nanocrab.projections.audit import STATUSES
 
+_IDENT = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
 
 class LoginIn(BaseModel):
     token: str = Field(max_length=200)
@@ -42,6 +45,11 @@ _env = jinja2.Environment(
 
 def _render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_env.get_template(name).render(**context), status_code=status)
+
+
+def _ident(value: str | None) -> str | None:
+    """An id from a query string, or ``None`` when absent or not shaped like one."""
+    return value if value and _IDENT.fullmatch(value) else None
 
 
 def mount(app: FastAPI, backend: Backend) -> None:
@@ -92,7 +100,10 @@ def mount(app: FastAPI, backend: Backend) -> None:
         token = await who(request)
         if token is None:
             return RedirectResponse("/login", status_code=303)
-        return page(request, "runs.html", token, runs=await backend.runs(token.tenant, 100))
+        # ?session=…&from=…: after "Branch" on a run's timeline, the next task continues it
+        session, origin = (_ident(request.query_params.get(k)) for k in ("session", "from"))
+        return page(request, "runs.html", token, runs=await backend.runs(token.tenant, 100),
+                    session=session, branched_from=origin)  # fmt: skip
 
     @app.get("/runs/{run_id}", include_in_schema=False)
     async def run_page(request: Request, run_id: str) -> Response:
@@ -100,7 +111,8 @@ def mount(app: FastAPI, backend: Backend) -> None:
         if token is None:
             return RedirectResponse("/login", status_code=303)
         view = await backend.run(token.tenant, run_id)
-        return page(request, "run.html", token, run=view)
+        tree = await backend.tree(token.tenant, run_id)
+        return page(request, "run.html", token, run=view, tree=tree)
 
     @app.get("/approvals", include_in_schema=False)
     async def approvals_page(request: Request) -> Response:

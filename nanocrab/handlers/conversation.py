@@ -9,7 +9,14 @@ labelled as data, so instructions inside them read as content, not as the user's
 
 from __future__ import annotations
 
-from nanocrab.events import ContentBlock, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from nanocrab.events import (
+    ContentBlock,
+    ImageBlock,
+    PlanStepStarted,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from nanocrab.handlers.runstate import CallState, RunState, TurnState
 from nanocrab.llm.base import Message
 
@@ -91,12 +98,19 @@ def messages(state: RunState, history: list[Message] | None = None) -> list[Mess
     out: list[Message] = list(history or [])
     task = state.screened("task_input", state.task.id, state.task.text)
     user: list[ContentBlock | ToolResultBlock] = [TextBlock(task or "(withheld by a guardrail)")]
+    if task is not None:  # the task's images go with it (a withheld task's are withheld too)
+        user.extend(state.task.images)
     turns = state.turns
     if state.compaction is not None:
         cut = state.compaction.turns_summarised
         user.append(TextBlock(f"[Summary of this run's earlier turns]\n{state.compaction.summary}"))
         turns = turns[cut:]
+    opened: PlanStepStarted | None = None
     for turn in turns:
+        step = state.turn_steps.get(turn.index)
+        if step is not None and step is not opened:  # a plan step begins with this call
+            opened = step
+            user.append(TextBlock(_step_prompt(state, step)))
         for message_id in turn.request.delivers:
             if (m := state.message(message_id)) is not None:
                 text = state.screened("task_input", m.id, m.text)
@@ -107,6 +121,19 @@ def messages(state: RunState, history: list[Message] | None = None) -> list[Mess
         out.append(Message(role="assistant", content=list(turn.response.content)))
         user = [result_block(c, state) for c in turn.calls]
     return _alternate(out)
+
+
+def _step_prompt(state: RunState, started: PlanStepStarted) -> str:
+    """What the model reads when a plan step opens (``orchestrator/plan.py``)."""
+    s = started.step
+    plan = state.plan
+    total = f" of {len(plan.steps)}" if plan is not None and plan.plan_id == started.plan_id else ""
+    where = f" on {', '.join(s.resources)}" if s.resources else ""
+    return (
+        f"[Plan step {started.index + 1}{total}] {s.intent}\n"
+        f"Use only: {', '.join(s.tools) or 'no tools'}{where}. End the step with a short answer "
+        "saying what it found or did (no tool call)."
+    )
 
 
 def _withheld(state: RunState, message_id: str) -> str:

@@ -37,10 +37,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import nats.errors
@@ -48,6 +48,7 @@ from nats.aio.msg import Msg
 
 from nanocrab.bus import Appended, BusError, Delivery, EventLog, TransientError, stamp
 from nanocrab.events import (
+    AlertRaised,
     ApprovalGranted,
     CapabilityDetails,
     CapabilityInvoked,
@@ -62,10 +63,13 @@ from nanocrab.events import (
     derive_event_id,
     utcnow,
 )
+from nanocrab.handlers import plan_approval
+from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS
 from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
+from nanocrab.hooks import Hooks
 from nanocrab.reload import ConfigView, pinned
 from nanocrab.security import binding_hash, signed_by, verify
 from nanocrab.tools.base import ArtifactStore, ToolContext, ToolError, is_idempotent
@@ -73,6 +77,10 @@ from nanocrab.tools.confine import Confinement
 from nanocrab.tools.hosts import HostAllowList
 from nanocrab.tools.ops import Operations
 from nanocrab.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the MCP SDK loads only where mcp.yaml declares a server
+    from nanocrab.backends import Backend
+    from nanocrab.mcp import McpHub
 
 GRANT_ISSUER = "policy"
 _STARTED_ORDINAL = 10_000  # progress events are stamped outside the reaction ordinals (0..)
@@ -106,9 +114,25 @@ class Executor:
         tool_timeout_s: float = 120.0,
         confinement: Confinement = Confinement(),
         config: ConfigView | None = None,
+        mcp: McpHub | None = None,
+        notices: Sequence[Event] = (),
+        hooks: Hooks | None = None,
+        alert_sink: AlertSink | None = None,
+        backends: Mapping[str, Backend] | None = None,
     ) -> None:
         """``config``: the versioned configuration; a tool reading it (the ``skill`` tool's
-        library) serves the version the call's run is pinned to (``run.started.config``)."""
+        library) serves the version the call's run is pinned to (``run.started.config``).
+        ``mcp``: the sessions with the MCP servers (their credentials stay here), closed when
+        the executor stops. ``notices``: events to append once when it starts (the alerts of
+        MCP tools withheld at listing, docs/mcp.md); ``alert_sink``: the webhook their alerts
+        are also posted to. ``backends``: the operations backend of each agent that has its own
+        (``backends.yaml``: a remote host over SSH); other agents' calls use ``ops``. The
+        backend's name goes into ``tool.started``; its connections close with the executor."""
+        self.backends = dict(backends or {})
+        self.mcp = mcp
+        self.alert_sink = alert_sink
+        self.hooks = hooks  # after_tool extension hooks (nanocrab/hooks)
+        self.notices = list(notices)
         self.config = config
         self.confinement = confinement  # exec's sandbox as the policy sets it; the grant adds
         self.log = log
@@ -134,12 +158,28 @@ class Executor:
             self.log.subjects.of_type("run.failed"),
         ]
         subs = [await self.log.nc.subscribe(s, cb=self._on_run_end) for s in subjects]
+        posting: asyncio.Task[None] | None = None
         try:
+            if self.notices:
+                notices = [msgspec.structs.replace(e, source=self.name) for e in self.notices]
+                await self.log.append_batch(notices)
+                if self.alert_sink is not None:
+                    for notice in notices:
+                        if isinstance(notice, AlertRaised):
+                            self.alert_sink.send(notice)
+                    posting = asyncio.create_task(self.alert_sink.run())
             await asyncio.Event().wait()
         finally:
+            if posting is not None:
+                posting.cancel()
             for sub in subs:
                 with contextlib.suppress(nats.errors.Error):
                     await sub.unsubscribe()
+            if self.mcp is not None:
+                await self.mcp.close()
+            for backend in {id(b): b for b in self.backends.values()}.values():
+                with contextlib.suppress(Exception):
+                    await backend.close()
 
     async def _on_run_end(self, msg: Msg) -> None:
         try:
@@ -196,6 +236,11 @@ class Executor:
             return f"{grant.tier} grant {grant.grant_id} names no approval"
         if grant.remembered:
             return None  # a session approval of an earlier call; the policy's signature vouches
+        request = state.approvals.get(grant.approval_id)
+        if request is not None and plan_approval.asked(request) and state.task is not None:
+            workspace = workspace_of(state.task, self.default_workspace)
+            answers = state.answers.get(grant.approval_id, [])
+            return plan_approval.vouches(request, answers, grant, self.trusted_approvers, workspace)
         for answer in state.answers.get(grant.approval_id, []):
             if (
                 isinstance(answer, ApprovalGranted)
@@ -279,9 +324,11 @@ class Executor:
         assert grant.run_id is not None and state.task is not None
         # one tool.started per delivery: an idempotent call re-run after a crash starts twice
         invocation = derive_event_id("invocation", grant.id, delivery.deliveries)
+        # the run's agent's backend (backends.yaml), else this host's
+        backend = self.backends.get(state.started.agent) if state.started is not None else None
         started_event = ToolStarted(
             call_id=grant.call_id, tool=grant.tool, invocation_id=invocation,
-            grant_id=grant.grant_id,
+            grant_id=grant.grant_id, backend=backend.name if backend is not None else None,
         )  # fmt: skip
         started_stamped = stamp(
             self.name, grant, [started_event], first=_STARTED_ORDINAL + delivery.deliveries
@@ -307,7 +354,7 @@ class Executor:
 
         ctx = ToolContext(
             workspace=workspace_of(state.task, self.default_workspace),
-            ops=self.ops,
+            ops=backend.ops if backend is not None else self.ops,
             artifacts=self.artifacts,
             emit_output=emit,
             cancel=cancel,
@@ -329,6 +376,13 @@ class Executor:
         finally:
             if started_append is not None:
                 await started_append  # a BusError: retried, and an idempotent call runs again
+        applied: list[Event] = []
+        if self.hooks:  # extension hooks may change what the model reads; each is an event
+            agent = state.started.agent if state.started is not None else None
+            result, hooked = await self.hooks.after_result(
+                result, run_id=grant.run_id, call_id=grant.call_id, tool=grant.tool, agent=agent
+            )
+            applied.extend(hooked)
         completed = ToolCompleted(
             call_id=grant.call_id,
             tool=grant.tool,
@@ -339,7 +393,7 @@ class Executor:
             artifacts=list(result.artifacts),
             duration_ms=(time.perf_counter() - started) * 1000,
         )
-        out: list[Event] = [await self._fit(completed)]
+        out: list[Event] = [await self._fit(completed), *applied]
         if isinstance(result.details, CapabilityDetails):
             d = result.details  # the registry's statistics come from this record
             invoked = CapabilityInvoked(

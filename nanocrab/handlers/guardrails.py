@@ -248,6 +248,20 @@ def _alerts(checked: GuardrailChecked, verdict_id: str) -> list[AlertRaised]:
                 tool=checked.tool,
             )
         )
+    blocker = checked.fired[-1] if checked.fired else None  # a block stops the chain
+    if checked.action == "block" and checked.error is None and blocker not in checked.alerts:
+        # every block is an alert, asked for by its filter or not (docs/observability.md)
+        out.append(
+            AlertRaised(
+                severity="critical", origin="guardrail", filter_id=blocker or "",
+                checkpoint=checked.checkpoint, action="block",
+                labels=sorted({f.label for f in checked.findings if f.filter_id == blocker}),
+                summary=f"guardrail {blocker!r} blocked at {checked.checkpoint}"
+                + (f" ({checked.tool})" if checked.tool else "")
+                + (f": {checked.reason}" if checked.reason else ""),
+                verdict_event_id=verdict_id, tool=checked.tool,
+            )
+        )  # fmt: skip
     if checked.error is not None:
         out.append(
             AlertRaised(

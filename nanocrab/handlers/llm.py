@@ -9,6 +9,11 @@ older turns summarised, recent ones kept) and retried; anything else ends in ``l
 which the orchestrator turns into ``run.failed``. A request whose turn already has an outcome is
 a redelivery and emits nothing.
 
+Failover (``nanocrab/llm/failover.py``): when the run's agent lists ``models``, a retryable
+failure that used up its retries (an overload at once) moves the call to the next model, recorded
+as ``llm.failed(will_retry=True, model=..., failover_to=...)``; only the last model's failure is
+final. A branched session's history comes from the session index (``handlers/branches.py``).
+
 With a ``recall`` (similar-task memory), the first model call of a top-level run that no router
 handled looks for earlier episodes like the task and, when some score high enough, appends
 ``memory.recalled`` before calling the model (its id derived from the request, so a redelivery
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,11 +34,10 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential,
 )
 
-from nanocrab.agents import profile
+from nanocrab.agents import ModelChoice, profile
 from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.events import (
     ContextCompacted,
@@ -45,12 +49,16 @@ from nanocrab.events import (
     MemoryRecalled,
 )
 from nanocrab.handlers import conversation
+from nanocrab.handlers.images import ImageSource
 from nanocrab.handlers.prompt import system_prompt
 from nanocrab.handlers.runloader import CAPACITY, RunLoader
 from nanocrab.handlers.runstate import RunState
 from nanocrab.handlers.workspace import workspace_of
-from nanocrab.llm.base import LlmError, Message, ModelRequest, Provider
-from nanocrab.reload import pinned
+from nanocrab.hooks import Hooks
+from nanocrab.llm.base import DeltaSink, LlmError, Message, ModelRequest, ModelResponse, Provider
+from nanocrab.llm.failover import FailoverPolicy, label
+from nanocrab.pyagent.loader import run_agent
+from nanocrab.reload import ConfigView, pinned
 from nanocrab.reload.skills import VersionedSkills
 from nanocrab.skills import SkillLibrary
 from nanocrab.tools.registry import ToolRegistry
@@ -101,8 +109,19 @@ class LlmHandler:
         max_attempts: int = 4,
         backoff_s: float = 0.5,
         backoff_max_s: float = 20.0,
+        providers: Mapping[str, Provider] | None = None,
+        failover: FailoverPolicy | None = None,
+        agents: ConfigView | None = None,
+        images: ImageSource | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
+        """``agents``: the versioned configuration; a run whose agent is a Python agent there
+        (``module:`` in agents.yaml) is the ``pyagent`` handler's, not the model's."""
+        self.agents = agents
         self.log = log
+        # the bytes of the messages' image blocks (default: the log's object store)
+        self.images = images or ImageSource.of_log(log)
+        self.hooks = hooks  # before_model extension hooks (nanocrab/hooks)
         self.loader = RunLoader(log)
         self.provider = provider
         self.registry = registry
@@ -116,6 +135,8 @@ class LlmHandler:
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
+        self.providers = dict(providers or {})  # by name: failover targets on other providers
+        self.failover = failover or FailoverPolicy()
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
         assert isinstance(event, LlmRequested) and event.run_id
@@ -125,6 +146,10 @@ class LlmHandler:
             return []
         if turn.response is not None or turn.failure is not None:
             return []
+        if self.agents is not None and state.started is not None:
+            started = state.started
+            if await run_agent(self.agents, started.agent, started.config) is not None:
+                return []  # a Python agent answers this run (handlers/pyagent.py)
         if self.prescreen is not None:
             self.prescreen.outputs(state)
         if self.recall is not None and turn is state.turns[0] and state.recalled is None:
@@ -136,8 +161,13 @@ class LlmHandler:
         compacted = False
         while True:
             request = self._request(state, event, history)
+            if self.hooks:  # extension hooks may change the context; each change is an event
+                agent = state.started.agent if state.started is not None else "default"
+                request, applied = await self.hooks.before_model(request, agent=agent)
+                out.extend(applied)
+            request = await self.images.attach(request)
             try:
-                out.append(await self._call(request, event, out))
+                out.append(await self._failover(request, event, out, self._fallbacks(state)))
                 return out
             except LlmError as exc:
                 if exc.kind == "overflow" and not compacted:
@@ -196,7 +226,76 @@ class LlmHandler:
                 self._histories.pop(next(iter(self._histories)))
         return cached
 
-    async def _call(self, request: ModelRequest, event: LlmRequested, out: list[Event]) -> Event:
+    async def _failover(
+        self,
+        request: ModelRequest,
+        event: LlmRequested,
+        out: list[Event],
+        fallbacks: Sequence[ModelChoice],
+    ) -> Event:
+        """The call on the run's model, then on each of the agent's failover models while the
+        policy says a failure moves on (``llm/failover.py``); each move is an ``llm.failed``
+        naming the model that failed and the target. Raises the last model's error."""
+        chain: list[tuple[Provider, ModelRequest, str]] = [
+            (self.provider, request, request.model or self.provider.name)
+        ]
+        for choice in fallbacks:
+            target = self._provider(choice.provider)
+            own = target is self.provider
+            name = label(None if own else choice.provider, choice.model)
+            if all(n != name for _, _, n in chain):
+                chain.append((target, msgspec.structs.replace(request, model=choice.model), name))
+        for i, (provider, req, name) in enumerate(chain):
+            following = chain[i + 1][2] if i + 1 < len(chain) else ""
+            try:
+                return await self._call(req, event, out, provider=provider, name=name,
+                                        moving=bool(following))  # fmt: skip
+            except LlmError as exc:
+                if not following or not self.failover.moves(exc):
+                    raise
+                tried = sum(isinstance(e, LlmFailed) and e.model == name for e in out)
+                out.append(
+                    LlmFailed(
+                        kind=exc.kind,
+                        message=exc.message,
+                        status_code=exc.status_code,
+                        attempts=tried + 1,
+                        turn=event.turn,
+                        will_retry=True,
+                        model=name,
+                        failover_to=following,
+                    )
+                )
+        raise AssertionError("unreachable: the last model's error is raised")
+
+    def _provider(self, name: str | None) -> Provider:
+        if name is None or name == self.provider.name:
+            return self.provider
+        found = self.providers.get(name)
+        if found is None:
+            return _Missing(name, sorted({self.provider.name, *self.providers}))
+        return found
+
+    def _fallbacks(self, state: RunState) -> tuple[ModelChoice, ...]:
+        """The run's agent's failover models (agents.yaml ``models``), as its pinned
+        configuration says."""
+        if state.started is None:
+            return ()
+        with pinned(state.started.config):
+            return profile(state.started.agent).models
+
+    async def _call(
+        self,
+        request: ModelRequest,
+        event: LlmRequested,
+        out: list[Event],
+        *,
+        provider: Provider,
+        name: str,
+        moving: bool = False,
+    ) -> Event:
+        """One model, retried with backoff on retryable errors; ``moving``: another model is
+        left, so an error the policy moves on at once is not retried here."""
         deltas = _Deltas(self.log, event)
 
         def record(attempt: RetryCallState) -> None:
@@ -210,6 +309,7 @@ class LlmHandler:
                         attempts=attempt.attempt_number,
                         turn=event.turn,
                         will_retry=True,
+                        model=name,
                     )
                 )
 
@@ -221,19 +321,25 @@ class LlmHandler:
             after = getattr(exc, "retry_after", None) or 0.0
             return max(backoff(state), min(after, self.backoff_max_s))
 
+        def stop(state: RetryCallState) -> bool:
+            """After ``max_attempts``, or at once for an error the policy moves on at once."""
+            exc = state.outcome.exception() if state.outcome else None
+            at_once = moving and isinstance(exc, LlmError) and self.failover.at_once(exc)
+            return at_once or state.attempt_number >= self.max_attempts
+
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retryable),
-            stop=stop_after_attempt(self.max_attempts),
+            stop=stop,
             wait=wait,
             before_sleep=record,
             reraise=True,
         ):
             with attempt:
                 started = time.perf_counter()
-                response = await self.provider.complete(request, on_delta=deltas.add)
+                response = await provider.complete(request, on_delta=deltas.add)
                 await deltas.flush()
         return LlmResponded(
-            provider=self.provider.name,
+            provider=provider.name,
             model=response.model or request.model,
             content=list(response.content),
             stop_reason=response.stop_reason,
@@ -315,3 +421,21 @@ class _Deltas:
             stamp("llm", self.event, [delta], first=_DELTA_ORDINAL + self.index)[0]
         )
         self.index += 1
+
+
+class _Missing:
+    """A failover target naming a provider this handler was not given: the move fails the run
+    with a message that says what to fix."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
+    ) -> ModelResponse:
+        raise LlmError(
+            "fatal",
+            f"failover model {request.model!r} names provider {self.name!r}, which this LLM "
+            f"handler does not have (it has: {', '.join(self.known)}) — fix agents.yaml `models`",
+        )

@@ -16,6 +16,10 @@ expiry or after the run ended never produce a grant. No answer by ``expires_at``
 ``approval.expired`` + ``grant.denied``. When a run ends, its grants are revoked and its open
 approvals expire.
 
+A run over a spending cap set to ``on_exceed: ask`` (``budget.exceeded``) is asked about the
+same way: ``approval.requested{about: budget}``, answered by ``budget.raised`` (signed) or
+``budget.refused`` instead of a grant (``handlers/budget_approval.py``).
+
 Memory (session approvals, open approvals' deadlines) is replayed from the log at start-up and
 then follows the log, so an approval requested while this process was down still expires.
 """
@@ -27,10 +31,11 @@ import dataclasses
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -44,10 +49,14 @@ from nanocrab.events import (
     ApprovalExpired,
     ApprovalGranted,
     ApprovalRequested,
+    BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
     Event,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    PlanStepStarted,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -57,10 +66,11 @@ from nanocrab.events import (
     utcnow,
 )
 from nanocrab.events.values import RiskTier
+from nanocrab.handlers import budget_approval, plan_approval
 from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
-from nanocrab.policy import Decision, Policy, Request, evaluate
+from nanocrab.policy import CallResources, Decision, Policy, Request, evaluate
 from nanocrab.reload import ConfigView
 from nanocrab.security import KeyRing, binding_hash, sign, verify
 
@@ -68,11 +78,13 @@ logger = logging.getLogger(__name__)
 
 SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
 PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
+ResourcesOf = Callable[[str, Mapping[str, Any]], CallResources | None]  # connectors' resources
 CAPABILITY_TOOL = "capability"
 _TIERS = ("safe", "guarded", "unsafe", "deny")
 SESSION_CAPACITY = 4096
 """Session approvals kept in memory (most recently given first to stay)."""
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
+E = TypeVar("E", GrantIssued, BudgetRaised)
 
 
 @dataclass
@@ -101,6 +113,7 @@ class PolicyHandler:
         RunCompleted,
         RunFailed,
         RunCancelled,
+        BudgetExceeded,
     )
 
     def __init__(
@@ -115,21 +128,30 @@ class PolicyHandler:
         capability_permissions: PermissionLookup | None = None,
         protected: Sequence[Path] = (),
         config: ConfigView | None = None,
+        tool_hosts: Mapping[str, str] | None = None,
+        resources_of: ResourcesOf | None = None,
     ) -> None:
         """``capability_permissions`` says what an enabled capability declared (``None`` for
         one that is unknown, disabled or removed); without it the ``capability`` tool can only
         list them. ``config``: the versioned configuration; a call is decided by the rules of
         the version its run is pinned to (``run.started.config``), ``policy`` without it.
-        Grant and approval lifetimes and the trusted approvers stay those of ``policy``."""
+        Grant and approval lifetimes and the trusted approvers stay those of ``policy``.
+        ``tool_hosts``: the fixed host each such tool reaches (``web_search`` → its provider's
+        API host), decided like a ``web_fetch`` URL's host. ``resources_of``: what a connector
+        call touches (``mail.to:example.org``; ``None`` for other tools, ``ValueError`` for
+        arguments it cannot read), matched by rules' ``resources`` (docs/tools.md)."""
         self.log = log
         self.policy = policy
         self.config = config
         self.keypair = keys.keypair("policy")
+        self._own = frozenset({self.keypair.public_key.decode()})  # what it signs
         self.approvers = trusted_approvers(policy, keys)
         self.known_tools = known_tools
         self.default_workspace = default_workspace
         self.capability_permissions = capability_permissions
         self.protected = tuple(str(p) for p in protected)  # no tool may touch these (data dir)
+        self.tool_hosts = dict(tool_hosts or {})
+        self.resources_of = resources_of
         self.watch_interval_s = watch_interval_s
         self.loader = RunLoader(log)
         self.grant_ttl = timedelta(seconds=policy.grant_ttl)
@@ -147,7 +169,24 @@ class PolicyHandler:
                 return await self._answer(event)
             case RunCompleted() | RunFailed() | RunCancelled():
                 return await self._run_ended(event)
+            case BudgetExceeded():
+                return await self._over_budget(event)
         return []
+
+    async def _over_budget(self, event: BudgetExceeded) -> Sequence[Event]:
+        """A run stopped by a cap that asks: ask a person (``budget_approval.py``), once."""
+        if event.on_exceed != "ask" or not event.run_id:
+            return []
+        state = await self.loader.state(event.run_id)
+        approval_id = derive_event_id("approval", event.id, 0)
+        if state.terminal or approval_id in state.approvals:
+            return []  # the run is over, or asked already (a redelivery)
+        expires_at = utcnow() + self.approval_ttl
+        return [
+            budget_approval.budget_request(
+                event, expires_at=expires_at, may_ask=bool(self.approvers)
+            )
+        ]
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -171,6 +210,10 @@ class PolicyHandler:
         if self.config is not None:
             pin = state.started.config if state.started is not None else None
             rules = (await self.config.ensure(pin)).policy if pin else self.config.get(pin).policy
+        try:
+            touched = self.resources_of(event.tool, event.arguments) if self.resources_of else None
+        except ValueError as exc:
+            return [_deny(event.call_id, event.tool, str(exc))]
         decision = evaluate(
             rules,
             Request(
@@ -179,6 +222,8 @@ class PolicyHandler:
                 workspace=workspace,
                 known_tools=self.known_tools,
                 protected=self.protected,
+                tool_hosts=self.tool_hosts,
+                resources=touched,
             ),
             budget=state.task.capabilities,
         )
@@ -203,6 +248,12 @@ class PolicyHandler:
             return [_deny(event.call_id, event.tool, reason, rule="profile")]
         if decision.tier == "safe":
             return [self._grant(state, event, decision)]
+        if decision.tier == "guarded" and not event.guardrail:
+            step = plan_approval.step_of(state, call)
+            if step is not None and plan_approval.covers(
+                step, event.tool, list(decision.capabilities), workspace
+            ):
+                return self._in_step(state, event, decision, step)
         if decision.tier == "guarded" and not event.guardrail and self._may_share(state, decision):
             remembered = self.sessions.get(self._session_key(state, decision, event.tool))
             if remembered is not None:
@@ -238,6 +289,33 @@ class PolicyHandler:
                 run_id=state.run_id,
             )
         ]
+
+    def _in_step(
+        self, state: RunState, event: ToolRequested, decision: Decision, step: PlanStepStarted
+    ) -> list[Event]:
+        """A Guarded call that its plan step declared: the step's approval decides (asked
+        now if it was not yet; the call waits for the answer, which decides it)."""
+        request = plan_approval.request_of(state, step)
+        if request is None:
+            if not self.approvers:
+                reason = (
+                    "the plan step needs an approval and no approver is configured "
+                    "(policy.yaml: approval.approvers or approval.trust_local_approver)"
+                )
+                return [_deny(event.call_id, event.tool, reason, rule=decision.rule,
+                              tier=decision.tier)]  # fmt: skip
+            expires_at = utcnow() + self.approval_ttl
+            return [plan_approval.step_request(state, step, rule=decision.rule,
+                                               expires_at=expires_at)]  # fmt: skip
+        answer = self._first_trusted(state, request.approval_id)
+        if answer is None:
+            return []  # waiting: the answer to the step decides this call (``_answer``)
+        if isinstance(answer, ApprovalGranted) and answer.time <= request.expires_at:
+            return [self._grant(state, event, decision, approval_id=request.approval_id)]
+        call = state.call(event.call_id)
+        assert call is not None
+        why = "it was denied" if isinstance(answer, ApprovalDenied) else "it expired"
+        return [plan_approval.deny(call, request, why)]
 
     async def _capability_tier(self, event: ToolRequested, decision: Decision) -> Decision:
         """The rules allow the tool; the capability's declared permissions may raise the tier
@@ -288,7 +366,7 @@ class PolicyHandler:
         )
         return self._sign(state, grant)
 
-    def _sign(self, state: RunState, grant: GrantIssued) -> GrantIssued:
+    def _sign(self, state: RunState, grant: E) -> E:
         assert state.task is not None
         return sign(
             msgspec.structs.replace(
@@ -344,6 +422,10 @@ class PolicyHandler:
                 "the answer is bound to other arguments than the request "
                 f"(hash {event.binding_hash[:12] or '-'}… ≠ {request.binding_hash[:12]}…)"
             )
+        if budget_approval.asked(request):
+            return self._budget_answer(state, request, event)
+        if plan_approval.asked(request):
+            return await self._step_answer(state, request, event)
         call = state.call(request.call_id)
         if call is None or call.grant or call.denied:
             return []  # answered already: the first trusted answer won
@@ -362,6 +444,46 @@ class PolicyHandler:
             why = f": {event.reason}" if event.reason else ""
             return [_deny_call(request, f"denied by {event.approver}{why}")]
         return [self._approved(state, call, request, event)]
+
+    def _budget_answer(
+        self, state: RunState, request: ApprovalRequested, event: ApprovalGranted | ApprovalDenied
+    ) -> list[Event]:
+        """A verified answer to a budget approval: the first trusted one in time decides."""
+        first = self._first_trusted(state, event.approval_id)
+        if first is not None and first.id != event.id:
+            return []  # another trusted answer (or the expiry) came first
+        if budget_approval.settled(state, request, self._own):
+            return []
+        self.open.pop(event.approval_id, None)
+        if state.terminal:
+            return []
+        if event.time > request.expires_at:
+            why = f"the approval expired at {request.expires_at:%H:%M:%S}"
+            return budget_approval.expired(request, why)
+        return [
+            self._sign(state, e) if isinstance(e, BudgetRaised) else e
+            for e in budget_approval.answered(state, request, event)
+        ]
+
+    async def _step_answer(
+        self, state: RunState, request: ApprovalRequested, event: ApprovalGranted | ApprovalDenied
+    ) -> list[Event]:
+        """A verified answer to a plan step's approval: the first trusted one decides every
+        call of the step waiting for it."""
+        first = self._first_trusted(state, event.approval_id)
+        if first is not None and first.id != event.id:
+            return []  # another trusted answer (or the expiry) came first
+        self.open.pop(event.approval_id, None)
+        if state.terminal:
+            return []
+        if event.time > request.expires_at:
+            why = f"the approval expired at {request.expires_at:%H:%M:%S}"
+            return plan_approval.expired(state, request, why)
+        out: list[Event] = []
+        for call in plan_approval.waiting(state, request):
+            assert call.requested is not None
+            out += await self._request(call.requested)
+        return out
 
     def _first_trusted(self, state: RunState, approval_id: str) -> Event | None:
         for answer in state.answers.get(approval_id, []):
@@ -419,6 +541,14 @@ class PolicyHandler:
                         ApprovalExpired(approval_id=call.approval.approval_id, call_id=call.call_id)
                     )
                     out.append(_deny_call(call.approval, f"the run {state.status}"))
+        for request in state.approvals.values():
+            if (
+                budget_approval.asked(request)
+                and not budget_approval.settled(state, request, self._own)
+                and not state.answers.get(request.approval_id)
+            ):
+                self.open.pop(request.approval_id, None)
+                out.append(ApprovalExpired(approval_id=request.approval_id))
         self.loader.forget(event.run_id)
         return out
 
@@ -428,7 +558,9 @@ class PolicyHandler:
         match event:
             case ApprovalRequested() if event.source == "policy":
                 self.open.setdefault(event.approval_id, _Open(event, event))
-            case GrantIssued() | GrantDenied() if event.approval_id:
+            case GrantIssued() | GrantDenied() | BudgetRaised() | BudgetRefused() if (
+                event.approval_id
+            ):
                 self.open.pop(event.approval_id, None)
             case ApprovalExpired():
                 self.open.pop(event.approval_id, None)
@@ -489,16 +621,29 @@ class PolicyHandler:
             if item.request.expires_at > now or not item.request.run_id:
                 continue
             state = await self.loader.state(item.request.run_id)
+            about_budget = budget_approval.asked(item.request)
+            about_step = plan_approval.asked(item.request)
             call = state.call(item.request.call_id)
-            if call is None or call.grant or call.denied:
+            if about_step and (state.terminal or not plan_approval.waiting(state, item.request)):
+                continue  # nothing waits now; a call of the step asking later is answered
+            if not about_step and (
+                (budget_approval.settled(state, item.request, self._own) or state.terminal)
+                if about_budget
+                else (call is None or call.grant or call.denied)
+            ):
                 self.open.pop(approval_id, None)
                 continue
             if self._first_trusted(state, approval_id) is not None:
                 continue  # a real answer is in the log; its handling settles the call
+            why = "nobody answered the approval in time"
             reaction = Reaction(
-                [
+                plan_approval.expired(state, item.request, why)
+                if about_step
+                else budget_approval.expired(item.request, why)
+                if about_budget
+                else [
                     ApprovalExpired(approval_id=approval_id, call_id=item.request.call_id),
-                    _deny_call(item.request, "nobody answered the approval in time"),
+                    _deny_call(item.request, why),
                 ],
                 expect=Expect(state.seq, self.loader.scope(item.request.run_id)),
             )

@@ -21,6 +21,8 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
     ContextCompacted,
     Event,
     GrantDenied,
@@ -32,6 +34,10 @@ from nanocrab.events import (
     LlmResponded,
     MemoryRecalled,
     MessageQueued,
+    PlanCreated,
+    PlanStepCompleted,
+    PlanStepFailed,
+    PlanStepStarted,
     ReplySent,
     RouteDecided,
     RunCancelled,
@@ -145,7 +151,21 @@ class RunState:
     prescreened: set[tuple[str, str]] = field(default_factory=set)
     route: RouteDecided | None = None  # the router's choice (the first stands)
     recalled: MemoryRecalled | None = None  # memories for the prompt (the first stands)
-    over_budget: BudgetExceeded | None = None  # the run hit a spending cap (the first stands)
+    over_budget: BudgetExceeded | None = None  # the run's latest stop at a spending cap
+    # a person's answer to a stop that asked (by budget.exceeded id; the first stands), and the
+    # raises approved so far (only those ``trust`` believes: they are signed by the policy)
+    budget_answers: dict[str, BudgetRaised | BudgetRefused] = field(default_factory=dict)
+    budget_raises: list[BudgetRaised] = field(default_factory=list)
+    # a planning agent's plan (events/plans.py): the current one, how many were made, the open
+    # step, how each step ended by (plan id, index), the latest failure, each model turn's step
+    plan: PlanCreated | None = None
+    plans: int = 0
+    step: PlanStepStarted | None = None
+    steps_ended: dict[tuple[str, int], PlanStepCompleted | PlanStepFailed] = field(
+        default_factory=dict
+    )
+    step_failed: PlanStepFailed | None = None
+    turn_steps: dict[int, PlanStepStarted] = field(default_factory=dict)
     last_time: datetime | None = None
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
@@ -218,6 +238,8 @@ class RunState:
             case LlmRequested():
                 self.turns.append(TurnState(index=event.turn, request=event))
                 self.delivered.update(event.delivers)
+                if self.step is not None:
+                    self.turn_steps[event.turn] = self.step
             case LlmResponded():
                 turn = self._turn(event.turn)
                 if turn is not None and turn.response is None:
@@ -287,8 +309,29 @@ class RunState:
                 if self.recalled is None:
                     self.recalled = event
             case BudgetExceeded():
-                if self.over_budget is None:
-                    self.over_budget = event
+                self.over_budget = event
+            case BudgetRaised():
+                if self.trust is not None and not self.trust(event):
+                    return
+                if event.exceeded_id not in self.budget_answers:
+                    self.budget_answers[event.exceeded_id] = event
+                    self.budget_raises.append(event)
+            case BudgetRefused():
+                self.budget_answers.setdefault(event.exceeded_id, event)
+            case PlanCreated():
+                if self.plan is None or self.plan.plan_id != event.plan_id:
+                    self.plan, self.plans, self.step = event, self.plans + 1, None
+            case PlanStepStarted():
+                if self.plan is not None and event.plan_id == self.plan.plan_id:
+                    self.step = event
+            case PlanStepCompleted() | PlanStepFailed():
+                key = (event.plan_id, event.index)
+                if key not in self.steps_ended:
+                    self.steps_ended[key] = event
+                    if isinstance(event, PlanStepFailed):
+                        self.step_failed = event
+                if self.step is not None and key == (self.step.plan_id, self.step.index):
+                    self.step = None
             case GuardrailChecked():
                 self.verdicts.setdefault((event.checkpoint, event.target_id), event)
                 self.placeholders.update(event.placeholders_added)

@@ -2,8 +2,10 @@
 
 A session spans many runs; a new task's model call starts with the session's earlier messages:
 the task texts, steer / follow-up messages and replies of its top-level runs. ``/new`` archives a
-session (``session.archived``): from then on it feeds no history. The ``sessions`` projection
-folds the same events into SQL (``projections/sessions.py``; a test keeps the two in agreement).
+session (``session.archived``): from then on it feeds no history. A branch
+(``session.branched``) starts with its parent's history up to the fork event
+(``handlers/branches.py``). The ``sessions`` projection folds the same events into SQL
+(``projections/sessions.py``; a test keeps the two in agreement).
 
 Freshness, the guarantee this exists for: one ordered consumer, filtered to those four event
 types, folds them into the sessions the index holds and advances ``position`` (the stream
@@ -68,6 +70,7 @@ from nanocrab.events import (
     TaskSubmitted,
     screened_message,
 )
+from nanocrab.handlers.branches import Branches, join
 from nanocrab.handlers.conversation import history_messages
 from nanocrab.llm.base import Message
 
@@ -191,10 +194,13 @@ class SessionEntry:
         if older.archived_at is not None:
             self.archive(older.archived_at)
 
-    def history(self, before_seq: int, run_id: str, limit: int) -> list[tuple[str, str]] | None:
+    def history(
+        self, before_seq: int, run_id: str, limit: int, *, archived: bool = True
+    ) -> list[tuple[str, str]] | None:
         """The newest ``limit`` messages stored before ``before_seq`` outside run ``run_id``;
-        ``None`` when messages dropped from this entry may be among them."""
-        if self.archived_at is not None and self.archived_at < before_seq:
+        ``None`` when messages dropped from this entry may be among them. ``archived=False``
+        ignores a ``/new`` (a branch forked before it still shares what came before)."""
+        if archived and self.archived_at is not None and self.archived_at < before_seq:
             return []
         found = [m for m in self.messages if m.seq < before_seq and m.run_id != run_id]
         if len(found) < limit and not self.complete:
@@ -229,6 +235,7 @@ class SessionIndex:
         self.log_reads = 0
         """Loads that read the log (the rest were answered by the snapshot and ``_seen``)."""
         self.reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
+        self.branches = Branches(log, self.reader, capacity=capacity)
         self._cache: OrderedDict[str, SessionEntry] = OrderedDict()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._prefetching: set[asyncio.Task[None]] = set()
@@ -240,19 +247,31 @@ class SessionIndex:
     async def __call__(self, session_id: str, run_id: str, before_seq: int) -> list[Message]:
         """The session's messages stored before ``before_seq`` (oldest first), as model
         messages; empty once the session was archived before it."""
+        return await self._history(session_id, run_id, before_seq, archived=True)
+
+    async def shared(self, session_id: str, run_id: str, before_seq: int) -> list[Message]:
+        """A branch's parent's messages up to its fork: as :meth:`__call__`, archived or not."""
+        return await self._history(session_id, run_id, before_seq, archived=False)
+
+    async def _history(
+        self, session_id: str, run_id: str, before_seq: int, *, archived: bool
+    ) -> list[Message]:
         if before_seq <= 1:
             return []
         try:
             await self._follow()
             rows = None
             if await self._reach(before_seq):
-                rows = (await self._entry(session_id)).history(before_seq, run_id, self.limit)
+                entry = await self._entry(session_id)
+                rows = entry.history(before_seq, run_id, self.limit, archived=archived)
             if rows is None:  # the consumer is late, or the entry dropped what this needs
                 entry = await self._load(session_id, up_to=before_seq - 1)
-                rows = entry.history(before_seq, run_id, self.limit) or []
+                rows = entry.history(before_seq, run_id, self.limit, archived=archived) or []
+            # a branch: the parent's history up to the fork first (handlers/branches.py)
+            shared = await self.branches.history(session_id, before_seq, self.shared)
         except _BUS_ERRORS as exc:
             raise TransientError(f"session history of {session_id}: {exc!r}") from exc
-        return history_messages(rows)
+        return join(shared, history_messages(rows)) if shared else history_messages(rows)
 
     def cached(self) -> list[str]:
         return list(self._cache)

@@ -7,12 +7,18 @@ is an event on the log. Every failure leaves as an :class:`LlmError` (see
 
 from __future__ import annotations
 
-from typing import assert_never
+import base64
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Literal, assert_never, cast, get_args
 
 import anthropic
 import httpx2
 from anthropic.types import (
     AssistantMessageParam,
+    Base64ImageSourceParam,
+    ImageBlockParam,
     MessageParam,
     TextBlockParam,
     ToolParam,
@@ -96,14 +102,17 @@ class AnthropicProvider:
         model = request.model or self.model
         system = [TextBlockParam(type="text", text=request.system)] if request.system else []
         tools = [
-            ToolParam(name=t.name, description=t.description, input_schema=t.input_schema)
+            ToolParam(
+                name=wire_name(t.name), description=t.description, input_schema=t.input_schema
+            )
             for t in request.tools
         ]
+        names = {wire_name(t.name): t.name for t in request.tools}
         try:
             async with self._client.messages.stream(
                 model=model,
                 max_tokens=min(request.max_tokens, self.max_tokens),
-                messages=to_message_params(request.messages),
+                messages=to_message_params(request.messages, request.images),
                 system=system or anthropic.omit,
                 tools=tools or anthropic.omit,
             ) as stream:
@@ -126,7 +135,7 @@ class AnthropicProvider:
             cache_write_tokens=message.usage.cache_creation_input_tokens or 0,
         )
         return ModelResponse(
-            content=from_sdk_message(message),
+            content=from_sdk_message(message, names),
             stop_reason=message.stop_reason,
             usage=usage,
             model=message.model,
@@ -134,12 +143,23 @@ class AnthropicProvider:
         )
 
 
-def to_message_params(messages: list[Message]) -> list[MessageParam]:
+_ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+_IMAGE_TYPES = frozenset(get_args(_ImageType))
+_WIRE_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NOT_WIRE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def to_message_params(
+    messages: list[Message], images: Mapping[str, bytes] | None = None
+) -> list[MessageParam]:
     """Our conversation as SDK request params. Empty text blocks are dropped: the API rejects them
-    with a 400, and they carry nothing."""
+    with a 400, and they carry nothing. An image block whose bytes are in ``images`` (by artifact
+    key) is sent as a base64 image; one without, as a line saying it exists."""
     params: list[MessageParam] = []
     for message in messages:
-        blocks = [p for block in message.content if (p := _block_param(block)) is not None]
+        blocks = [
+            p for block in message.content if (p := _block_param(block, images or {})) is not None
+        ]
         if message.role == "user":
             params.append(UserMessageParam(role="user", content=blocks))
         else:
@@ -148,18 +168,18 @@ def to_message_params(messages: list[Message]) -> list[MessageParam]:
 
 
 def _block_param(
-    block: ContentBlock | ToolResultBlock,
-) -> TextBlockParam | ToolUseBlockParam | ToolResultBlockParam | None:
+    block: ContentBlock | ToolResultBlock, images: Mapping[str, bytes]
+) -> TextBlockParam | ImageBlockParam | ToolUseBlockParam | ToolResultBlockParam | None:
     match block:
         case TextBlock() | ImageBlock():
-            return _text_param(block)
+            return _text_param(block, images)
         case ToolUseBlock(id=id_, name=name, input=input_):
-            return ToolUseBlockParam(type="tool_use", id=id_, name=name, input=input_)
+            return ToolUseBlockParam(type="tool_use", id=id_, name=wire_name(name), input=input_)
         case ToolResultBlock():
             result = ToolResultBlockParam(
                 type="tool_result", tool_use_id=block.tool_use_id, is_error=block.is_error
             )
-            parts = [p for part in block.content if (p := _text_param(part)) is not None]
+            parts = [p for part in block.content if (p := _text_param(part, images)) is not None]
             if parts:
                 result["content"] = parts
             return result
@@ -167,20 +187,46 @@ def _block_param(
             assert_never(block)
 
 
-def _text_param(block: TextBlock | ImageBlock) -> TextBlockParam | None:
+def _text_param(
+    block: TextBlock | ImageBlock, images: Mapping[str, bytes]
+) -> TextBlockParam | ImageBlockParam | None:
     if isinstance(block, ImageBlock):
-        return TextBlockParam(type="text", text=image_placeholder(block))
+        data = images.get(block.artifact)
+        if data is None or block.media_type not in _IMAGE_TYPES:
+            return TextBlockParam(type="text", text=image_placeholder(block))
+        source = Base64ImageSourceParam(
+            type="base64",
+            media_type=cast(_ImageType, block.media_type),  # checked against _IMAGE_TYPES
+            data=base64.b64encode(data).decode("ascii"),
+        )
+        return ImageBlockParam(type="image", source=source)
     return TextBlockParam(type="text", text=block.text) if block.text else None
 
 
 def image_placeholder(block: ImageBlock) -> str:
-    """Images live in the object store and are not sent inline yet; the model is told one exists."""
+    """An image whose bytes the call was not given (gone from the object store, or a type the
+    API does not take): the model is told one exists."""
     return f"[image {block.media_type} stored as artifact {block.artifact}; not shown]"
 
 
-def from_sdk_message(message: anthropic.types.Message) -> list[ContentBlock]:
-    """Text and tool-use blocks in our types. Other block types (thinking, server tools) only
-    appear when a request enables them, which this provider never does; they are dropped."""
+def wire_name(name: str) -> str:
+    """``name`` as the Messages API accepts tool names (``^[a-zA-Z0-9_-]{1,64}$``): a dotted
+    name such as ``mcp.files.read_file`` becomes ``mcp__files__read_file``; a longer one keeps
+    55 characters and a hash. Names the API accepts are unchanged."""
+    if _WIRE_NAME.fullmatch(name):
+        return name
+    wire = _NOT_WIRE.sub("__", name)
+    if len(wire) > 64:
+        wire = f"{wire[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return wire
+
+
+def from_sdk_message(
+    message: anthropic.types.Message, names: Mapping[str, str] | None = None
+) -> list[ContentBlock]:
+    """Text and tool-use blocks in our types; ``names`` maps the request's wire tool names back
+    to ours (:func:`wire_name`). Other block types (thinking, server tools) only appear when a
+    request enables them, which this provider never does; they are dropped."""
     blocks: list[ContentBlock] = []
     for block in message.content:
         if isinstance(block, anthropic.types.TextBlock):
@@ -190,5 +236,6 @@ def from_sdk_message(message: anthropic.types.Message) -> list[ContentBlock]:
                 raise LlmError(
                     "retryable", f"tool call {block.name!r} has input that is not a JSON object"
                 )
-            blocks.append(ToolUseBlock(id=block.id, name=block.name, input=block.input))
+            name = (names or {}).get(block.name, block.name)
+            blocks.append(ToolUseBlock(id=block.id, name=name, input=block.input))
     return blocks

@@ -45,6 +45,9 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str = ""
     turn: int = 0  # index of this call within the run (the scripted and replay models key on it)
     task: str = ""  # the run's task text (the scripted model picks its script by it)
+    # the bytes of the messages' image blocks, by artifact key, read from the object store by
+    # the LLM handler for this call only (a provider without one shows a placeholder)
+    images: dict[str, bytes] = {}
 
 
 class ModelResponse(msgspec.Struct, frozen=True, kw_only=True):

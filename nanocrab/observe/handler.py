@@ -31,6 +31,7 @@ import nats.js.errors
 
 from nanocrab.bus import Delivery, EventLog
 from nanocrab.events import (
+    AgentMetric,
     AlertRaised,
     ApprovalDenied,
     ApprovalExpired,
@@ -68,6 +69,7 @@ SEEN = 20_000
 
 PER_EVENT: tuple[type[Event], ...] = (
     LlmResponded, LlmFailed, ToolCompleted, GrantIssued, GrantDenied, GuardrailChecked,
+    AgentMetric,
 )  # fmt: skip
 """What closes a span or moves a metric within a run: consumed one by one only when ``live``;
 otherwise read from the run's state when the run ends."""
@@ -189,6 +191,12 @@ class TelemetryHandler:
                         (event.time - turn.request.time).total_seconds(),
                         {sc.OPERATION: "chat", sc.REQUEST_MODEL: model, sc.ERROR_TYPE: event.kind},
                     )
+            case AgentMetric():  # a Python agent's own measurement (docs/agents.md)
+                labels = {f"{sc.AGENT_METRIC_LABEL}{k}": v for k, v in event.labels.items()}
+                m.agent_metric.record(event.value, {
+                    **labels, sc.AGENT_NAME: event.agent, sc.AGENT_METRIC_NAME: event.name,
+                    sc.AGENT_METRIC_UNIT: event.unit,
+                })  # fmt: skip
             case ToolCompleted():
                 outcome = (event.error_kind or "error") if event.is_error else "ok"
                 m.tool_duration.record(
@@ -220,11 +228,12 @@ class TelemetryHandler:
                     if event.limit == "usd"
                     else f"{event.spent_tokens} tokens"
                 )
+                what = "waits for an approval" if event.on_exceed == "ask" else "stopped"
                 return [
                     AlertRaised(
                         severity="warning",
                         origin="budget",
-                        summary=f"run {state.run_id} stopped: the {event.scope} budget of "
+                        summary=f"run {state.run_id} {what}: the {event.scope} budget of "
                         f"{event.key} is spent ({spent} of {cap})",
                         labels=[event.scope, event.limit],
                     )

@@ -84,6 +84,11 @@ class Instruments:
         self.guardrail = meter.create_counter(
             sc.M_GUARDRAIL, unit="{check}", description="Guardrail verdicts, by action."
         )
+        self.agent_metric = meter.create_histogram(
+            sc.M_AGENT_METRIC,
+            description="Measurements Python agents emit (context.emit_metric), by agent and "
+            "metric name; the unit is an attribute.",
+        )
         self.handler_lag = meter.create_histogram(
             sc.M_HANDLER_LAG,
             unit="s",

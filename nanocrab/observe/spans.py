@@ -12,7 +12,8 @@ span                        closed by                      start → end
 ``policy {tool}``           grant.issued / grant.denied     tool.requested → the decision
 ``approval {tool}``         the first answer                approval.requested → the answer
 ``guardrail {checkpoint}``  guardrail.checked               verdict minus its duration
-``budget {scope}``          budget.exceeded                 an instant
+``budget {scope}``          budget.exceeded                 an instant (``approval budget``: the
+                                                           wait for more, when the cap asks)
 ==========================  =============================  ======================================
 
 Ids are derived, never random: the trace is the one the run's ``task.submitted`` carries (its
@@ -193,9 +194,13 @@ def spans_for(event: Event, state: RunState, *, content: bool = False) -> list[S
                 type(event), "expired"
             )
             waited = (event.time - request.time).total_seconds()
+            about: dict[str, str] = (
+                {sc.BUDGET_EXCEEDED_ID: request.call_id}  # a run over budget asking for more
+                if request.about == "budget"
+                else {sc.TOOL_NAME: request.tool, sc.TOOL_CALL_ID: request.call_id}
+            )
             attrs = {
-                sc.TOOL_NAME: request.tool,
-                sc.TOOL_CALL_ID: request.call_id,
+                **about,
                 sc.APPROVAL_ID: event.approval_id,
                 sc.APPROVAL_RESULT: result,
                 sc.APPROVAL_WAIT_S: round(waited, 6),
@@ -223,6 +228,7 @@ def spans_for(event: Event, state: RunState, *, content: bool = False) -> list[S
                 sc.BUDGET_SCOPE: event.scope,
                 sc.BUDGET_KEY: event.key,
                 sc.BUDGET_LIMIT: event.limit,
+                sc.BUDGET_ON_EXCEED: event.on_exceed,
                 sc.COST_USD: event.spent_usd,
                 sc.TURN: event.turn,
             }

@@ -5,11 +5,12 @@ Load a policy with :func:`load_policy` (``None`` → the bundled, secure-by-defa
 file and resolving paths; no bus, no asyncio — the policy handler wraps it.
 """
 
-from nanocrab.policy.engine import Decision, Request, evaluate
+from nanocrab.policy.engine import CallResources, Decision, Request, evaluate
 from nanocrab.policy.rules import Approval, Policy, PolicyError, Rule, load_policy
 
 __all__ = [
     "Approval",
+    "CallResources",
     "Decision",
     "Policy",
     "PolicyError",

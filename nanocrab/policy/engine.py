@@ -13,7 +13,10 @@ Evaluation order (the first step that decides, decides):
 3. **Resource**: path tools (read, write, edit, ls, glob, grep) → the real path of ``path``
    (ls/glob/grep default ``.``), joined to the workspace with ``..`` and symlinks followed (a
    path outside the workspace is still a resource: rules decide), plus its lexical form;
-   ``exec`` → the command; ``web_fetch`` → the URL's normalised host; any other tool → its name
+   ``exec`` → the command; ``web_fetch`` → the URL's normalised host; ``web_search`` → its
+   provider's API host (``request.tool_hosts``, when given); a connector tool → the resources
+   it derived from its arguments (``request.resources``: ``mail:work/INBOX``,
+   ``mail.to:example.org``, ``calendar:team``; docs/tools.md); any other tool → its name
    as the scope (``python`` also mounts the whole workspace).
 4. **Protected paths** (built in, no policy file can change it): ``request.protected`` — the
    nanocrab data directory with its signing keys, log and database, and the policy file — is
@@ -30,20 +33,25 @@ Evaluation order (the first step that decides, decides):
    match when any segment, or any tail of a segment's words (so
    ``nohup``/``timeout``/``xargs`` cannot hide a command), matches a glob.
 6. **Other rules**, top to bottom: the first that matches assigns its tier, scope and
-   ``share_with_subagents``. A rule's ``commands`` match only when every segment of the command
-   matches one of its globs, its ``programs`` when every segment is accepted by one of its
-   argument grammars (:mod:`nanocrab.policy.programs`). A **Safe** rule matches an exec call
-   only if the command writes nothing through redirection (``>``, ``>>``, ``>|`` to anything
-   but ``/dev/null``) and — for ``commands`` globs and rules without a resource — every word
-   read as a path stays inside the workspace; otherwise the next rule decides (in the default
-   policy ``shell-other``: Unsafe), and the reason says why the Safe rule did not apply.
+   ``share_with_subagents``. (In every rule, ``tools`` match a name exactly, or a family:
+   ``mcp.files.*`` matches every name starting ``mcp.files.``.) A rule's ``commands`` match
+   only when every segment of the command matches one of its globs, its ``programs`` when
+   every segment is accepted by one of its
+   argument grammars (:mod:`nanocrab.policy.programs`), its ``resources`` when every resource of
+   a connector call matches one of its globs (a deny rule's: when any does). A **Safe** rule
+   matches an exec call only if the command writes nothing through redirection (``>``,
+   ``>>``, ``>|`` to anything but ``/dev/null``) and — for ``commands`` globs and rules without
+   a resource — every word read as a path stays inside the workspace; otherwise the next rule
+   decides (in the default policy ``shell-other``: Unsafe), and the reason says why the Safe
+   rule did not apply.
 7. **Nothing matched**: deny, with a hint for the rule to add to policy.yaml.
 8. **Floor** (built in): a write into a ``.git`` directory (``write``/``edit`` of such a path,
    an exec redirection into one) is at least Unsafe — hooks and config there run code on
    later git calls.
 9. **Budget** (when given): the call must be covered by one of the task's capabilities (same
    tool or ``*``; access ``any`` or equal; a resource, when set, contains the path / matches the
-   host / equals the scope / matches every command segment), else deny. A budget only narrows:
+   host / equals the scope / matches every command segment; each of a connector call's resources
+   matched by some capability's glob), else deny. A budget only narrows:
    it never turns a deny into anything else and never changes a tier.
 """
 
@@ -52,7 +60,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +68,7 @@ from nanocrab.events.values import Capability, GrantScope, RiskTier
 from nanocrab.policy.commands import covered, forbidden, git_write, not_safe
 from nanocrab.policy.matchers import (
     EXEC_TOOL,
+    HOST_TOOLS,
     MOUNT_TOOLS,
     PATH_TOOLS,
     URL_TOOLS,
@@ -80,17 +89,27 @@ from nanocrab.policy.matchers import (
 from nanocrab.policy.programs import Grammar, compile_program
 from nanocrab.policy.rules import PROTECTED_RULE, Policy, Rule
 from nanocrab.policy.shell import ParsedCommand, parse_command, word_in_zone
-from nanocrab.tools.hosts import HostAllowList
+from nanocrab.tools.hosts import HostAllowList, normalise_host
 
 Access = Literal["read", "write", "execute", "network", "any"]
 _ACCESS: dict[str, Access] = {
     "read": "read", "ls": "read", "glob": "read", "grep": "read",
     "write": "write", "edit": "write", EXEC_TOOL: "execute", "web_fetch": "network",
+    "web_search": "network",
 }  # fmt: skip
 _DOT_DEFAULT = frozenset({"ls", "glob", "grep"})
 _CONTENT_WALKERS = frozenset({"grep"})  # walk tools that read what they find, not only names
 _RANK: dict[RiskTier, int] = {"safe": 0, "guarded": 1, "unsafe": 2, "deny": 3}
 _MAX_WORKSPACES = 64
+
+
+@dataclass(frozen=True)
+class CallResources:
+    """What a connector tool says a call touches, derived from its arguments alone:
+    ``names`` such as ``mail:work/INBOX`` or ``mail.to:example.org``, and its ``access``."""
+
+    names: tuple[str, ...]
+    access: Access
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,10 @@ class Request:
     workspace: Path
     known_tools: frozenset[str]
     protected: tuple[str, ...] = ()
+    # tools that reach one fixed host set by configuration (web_search → its provider's API
+    # host): that host is the call's resource, decided by ``hosts`` rules like a URL's
+    tool_hosts: Mapping[str, str] = field(default_factory=dict)
+    resources: CallResources | None = None  # a connector call's resources (docs/tools.md)
 
 
 @dataclass(frozen=True)
@@ -124,9 +147,10 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class _Target:
     tool: str
-    kind: Literal["path", "host", "command", "scope"]
+    kind: Literal["path", "host", "command", "scope", "resources"]
     resource: str
     access: Access
+    names: tuple[str, ...] = ()  # a connector call's resources (kind "resources")
     walks: bool = False
     command: ParsedCommand | None = None
     lexical: str | None = None  # a path as written, ``..`` applied
@@ -139,6 +163,8 @@ class _Target:
             return f"{self.tool} of host {self.resource!r}"
         if self.kind == "command":
             return f"exec of {self.resource!r}"
+        if self.kind == "resources":
+            return f"{self.tool} on {', '.join(self.names)}"
         return self.tool
 
 
@@ -146,12 +172,14 @@ class _Target:
 class _Compiled:
     rule: Rule
     tools: frozenset[str] | None  # None: every tool
+    families: tuple[str, ...]  # prefixes of tool families ("mcp.files." for "mcp.files.*")
     paths: tuple[str, ...] | None
     zone: Zone | None  # a deny rule's paths, minus their except_paths
     hosts: HostAllowList | None
     commands: tuple[re.Pattern[str], ...] | None
     programs: tuple[Grammar, ...] | None
     scopes: frozenset[str] | None
+    resources: tuple[re.Pattern[str], ...] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +197,9 @@ def evaluate(
     rules = _rules_for(policy, str(request.workspace), request.protected)
     try:
         tool = check_tool_name(request.tool, request.known_tools)
-        target = _target(tool, request.arguments, rules.workspace)
+        target = _target(
+            tool, request.arguments, rules.workspace, request.tool_hosts, request.resources
+        )
     except Refused as exc:
         return _deny(exc.reason, None, None)
     hit = _in_zone(rules.protected, target, walks=target.tool in _CONTENT_WALKERS)
@@ -209,7 +239,7 @@ def evaluate(
         reason += f"; raised to unsafe: {raised}"
     if notes and chosen.tier != "safe":
         reason += f" (not Safe: {notes[0]})"
-    if budget is not None and not any(_covers(cap, target, rules.workspace) for cap in budget):
+    if budget is not None and not _within(budget, target, rules.workspace):
         held = ", ".join(_show(cap) for cap in budget) or "nothing"
         return _deny(
             f"{target.describe()} is outside the task's capability budget (it holds: {held}); "
@@ -221,7 +251,10 @@ def evaluate(
         tier=tier,
         reason=reason,
         rule=chosen.id,
-        capabilities=(Capability(tool=tool, resource=target.resource, access=target.access),),
+        capabilities=tuple(
+            Capability(tool=tool, resource=name, access=target.access)
+            for name in (target.names or (target.resource,))
+        ),
         resource=target.resource,
         scope=chosen.scope,
         share_with_subagents=chosen.share_with_subagents,
@@ -238,7 +271,20 @@ def _deny(reason: str, rule: str | None, resource: str | None) -> Decision:
 # --- steps 2 and 3: the call's resource ---------------------------------------------------------
 
 
-def _target(tool: str, arguments: Mapping[str, Any], workspace: str) -> _Target:
+def _target(
+    tool: str,
+    arguments: Mapping[str, Any],
+    workspace: str,
+    tool_hosts: Mapping[str, str],
+    resources: CallResources | None = None,
+) -> _Target:
+    if resources is not None:
+        if not resources.names:
+            raise Refused(f"{tool} names no resource; it cannot be granted")
+        for name in resources.names:
+            check_text(name, "resource")
+        joined = ", ".join(resources.names)
+        return _Target(tool, "resources", joined, resources.access, names=resources.names)
     access = _ACCESS.get(tool, "any")
     if tool in PATH_TOOLS:
         raw = _string(arguments, "path", "." if tool in _DOT_DEFAULT else None)
@@ -254,6 +300,8 @@ def _target(tool: str, arguments: Mapping[str, Any], workspace: str) -> _Target:
         return _Target(tool, "command", command, access, command=parsed)
     if tool in URL_TOOLS:
         return _Target(tool, "host", parse_url(_string(arguments, "url")), access)
+    if tool in HOST_TOOLS and tool in tool_hosts:
+        return _Target(tool, "host", normalise_host(tool_hosts[tool]), access)
     return _Target(tool, "scope", tool, access, mounts=workspace if tool in MOUNT_TOOLS else None)
 
 
@@ -304,7 +352,11 @@ def _match(
 ) -> str | None:  # fmt: skip
     """``None`` when ``c`` does not match ``target``; else what matched, for the reason.
     ``notes`` collects why a rule whose commands fit did not match (for the model)."""
-    if c.tools is not None and target.tool not in c.tools:
+    if (
+        c.tools is not None
+        and target.tool not in c.tools
+        and not target.tool.startswith(c.families)
+    ):
         return None
     if c.zone is not None:  # a deny rule's paths
         return _in_zone(c.zone, target, walks=target.walks)
@@ -318,6 +370,8 @@ def _match(
         return forbidden(c.commands, target.command) if target.command is not None else None
     if c.commands is not None or c.programs is not None:
         return _match_exec(c, target, workspace, notes)
+    if c.resources is not None:
+        return _match_resources(c.resources, target, deny=deny)
     if c.scopes is not None:
         ok = target.kind == "scope" and target.resource in c.scopes
         return f"scope {target.resource!r}" if ok else None
@@ -327,6 +381,19 @@ def _match(
             _note(notes, c, bad)
             return None
     return f"{target.tool} is covered by this rule whatever its arguments"
+
+
+def _match_resources(
+    globs: tuple[re.Pattern[str], ...], target: _Target, *, deny: bool
+) -> str | None:
+    """A deny rule matches when any of the call's resources matches a glob; any other rule
+    when every one does."""
+    if target.kind != "resources":
+        return None
+    hits = [name for name in target.names if any(g.match(name) for g in globs)]
+    if deny:
+        return f"resource {hits[0]!r} matches" if hits else None
+    return f"{', '.join(target.names)} match" if len(hits) == len(target.names) else None
 
 
 def _match_exec(
@@ -371,6 +438,8 @@ def _no_rule(target: _Target, ordered: tuple[_Compiled, ...], notes: list[str]) 
         hint = f"paths: [{target.resource!r}]"
     elif target.kind == "host":
         hint = f"hosts: [{target.resource!r}]"
+    elif target.kind == "resources":
+        hint = f"resources: {list(target.names)!r}"
     else:
         hint = f"scopes: [{target.tool!r}]"
     return (
@@ -382,7 +451,17 @@ def _no_rule(target: _Target, ordered: tuple[_Compiled, ...], notes: list[str]) 
 # --- step 7: budget -----------------------------------------------------------------------------
 
 
-def _covers(cap: Capability, target: _Target, workspace: str) -> bool:
+def _within(budget: Sequence[Capability], target: _Target, workspace: str) -> bool:
+    """Whether ``budget`` covers the call: some capability covers it — for a connector call,
+    each of its resources."""
+    if target.kind == "resources":
+        return all(
+            any(_covers(cap, target, workspace, name) for cap in budget) for name in target.names
+        )
+    return any(_covers(cap, target, workspace) for cap in budget)
+
+
+def _covers(cap: Capability, target: _Target, workspace: str, name: str = "") -> bool:
     if cap.tool not in ("*", target.tool) or cap.access not in ("any", target.access):
         return False
     if cap.resource is None:
@@ -397,6 +476,9 @@ def _covers(cap: Capability, target: _Target, workspace: str) -> bool:
     if target.kind == "command" and target.command is not None:
         (glob,) = compile_globs((cap.resource,))
         return all(glob.match(seg.text) for seg in target.command.segments)
+    if target.kind == "resources":
+        (glob,) = compile_globs((cap.resource,))
+        return glob.match(name) is not None
     return cap.resource == target.resource
 
 
@@ -437,12 +519,14 @@ def _compile(rule: Rule, workspace: str) -> _Compiled:
     return _Compiled(
         rule=rule,
         tools=None if "*" in rule.tools else frozenset(rule.tools),
+        families=tuple(t.removesuffix("*") for t in rule.tools if t.endswith(".*")),
         paths=paths,
         zone=zone,
         hosts=None if rule.hosts is None else host_list(rule.hosts),
         commands=None if rule.commands is None else compile_globs(rule.commands),
         programs=None if rule.programs is None else tuple(map(compile_program, rule.programs)),
         scopes=None if rule.scopes is None else frozenset(rule.scopes),
+        resources=None if rule.resources is None else compile_globs(rule.resources),
     )
 
 

@@ -41,7 +41,12 @@ WALK_TOOLS = frozenset({"glob", "grep"})  # descend into the directory they are 
 MOUNT_TOOLS = frozenset({"python"})  # see the whole workspace (mounted into the sandbox)
 EXEC_TOOL = "exec"
 URL_TOOLS = frozenset({"web_fetch"})
+# tools whose resource is a host: a URL's (web_fetch), or the fixed API host of a configured
+# service (web_search: its provider's, given to the engine in ``Request.tool_hosts``)
+HOST_TOOLS = URL_TOOLS | {"web_search"}
 TOOL_NAME = re.compile(r"[a-z][a-z0-9_.-]*")
+# a family of tools in a rule: every name under a dotted prefix (``mcp.*``, ``mcp.files.*``)
+TOOL_FAMILY = re.compile(r"[a-z][a-z0-9_-]*(?:\.[a-z0-9_-]+)*\.\*")
 
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
 _BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"

@@ -44,6 +44,17 @@ Format (every key shown; unknown keys are an error)::
         tools: ["gmail.read"]
         scopes: ["gmail.read"]  # for tools without a path/URL/command: the tool name
         tier: guarded
+      - id: mail-outside
+        tools: [mail.send]
+        resources: ["mail.to:*.example.com", "mail.to:example.com"]  # connectors (docs/tools.md):
+        tier: deny              # fnmatch globs over the call's resources; deny: any matches,
+      - id: mail-team           # other tiers: every resource matches
+        tools: [mail.list, mail.read]
+        resources: ["mail:work/*"]
+        tier: safe
+      - id: mcp-files
+        tools: ["mcp.files.*"]  # a family: every tool of the MCP server "files" (docs/mcp.md)
+        tier: deny
       - id: secrets
         tools: ["*"]
         paths: ["~/.ssh", "/etc"]
@@ -59,10 +70,11 @@ A rule constrains at most one kind of resource (``paths``, ``hosts``, ``commands
 which tool is checked at load time: ``commands`` and ``programs`` only with ``exec``
 (``programs`` not in deny rules; their grammar is :mod:`nanocrab.policy.programs`); ``paths``
 with the path tools (read, write, edit, ls, glob, grep) — and ``exec`` in a deny rule, where it
-denies commands whose arguments lie in those paths; ``hosts`` with ``web_fetch`` (or ``*``);
-``scopes`` with tools that have no path, URL or command. The rule id ``nanocrab-data`` is
-reserved for the engine's built-in protection of the data directory. How rules are applied is
-in :mod:`nanocrab.policy.engine`.
+denies commands whose arguments lie in those paths; ``hosts`` with ``web_fetch`` and
+``web_search`` (its provider's API host) or ``*``;
+``scopes`` and ``resources`` (a connector's) with tools that have no path, URL or command.
+The rule id ``nanocrab-data`` is reserved for the engine's built-in protection of the data
+directory. How rules are applied is in :mod:`nanocrab.policy.engine`.
 
 Files are read with ``yaml.safe_load`` semantics only: a YAML tag such as
 ``!!python/object/apply:os.system`` is refused, as are duplicate keys (which YAML would silently
@@ -93,7 +105,14 @@ from pydantic import (
 
 from nanocrab.events.values import GrantScope, RiskTier
 from nanocrab.policy.budgets import Budgets
-from nanocrab.policy.matchers import EXEC_TOOL, PATH_TOOLS, TOOL_NAME, URL_TOOLS, host_list
+from nanocrab.policy.matchers import (
+    EXEC_TOOL,
+    HOST_TOOLS,
+    PATH_TOOLS,
+    TOOL_FAMILY,
+    TOOL_NAME,
+    host_list,
+)
 from nanocrab.policy.programs import Program
 from nanocrab.tools.confine import Confinement, Limits
 from nanocrab.tools.confine.env import SECRET_PATTERNS, secret_like
@@ -214,6 +233,7 @@ class Rule(BaseModel):
     commands: tuple[str, ...] | None = None
     programs: tuple[Program, ...] | None = None
     scopes: tuple[str, ...] | None = None
+    resources: tuple[str, ...] | None = None  # connector resources (globs), docs/tools.md
 
     @field_validator("id")
     @classmethod
@@ -228,10 +248,11 @@ class Rule(BaseModel):
     @classmethod
     def _tool_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
-            if name != "*" and not TOOL_NAME.fullmatch(name):
+            if name != "*" and not TOOL_NAME.fullmatch(name) and not TOOL_FAMILY.fullmatch(name):
                 raise ValueError(
                     f"tool name {name!r} is not canonical: use lower-case names such as 'read' "
-                    "or 'gmail.read' (^[a-z][a-z0-9_.-]*$), or '*' for every tool"
+                    "or 'gmail.read' (^[a-z][a-z0-9_.-]*$), a family such as 'mcp.files.*' "
+                    "(every tool of the MCP server 'files'), or '*' for every tool"
                 )
         return value
 
@@ -265,6 +286,7 @@ class Rule(BaseModel):
                 ("commands", self.commands),
                 ("programs", self.programs),
                 ("scopes", self.scopes),
+                ("resources", self.resources),
             )
             if v is not None
         }
@@ -295,10 +317,11 @@ class Rule(BaseModel):
             _require(named <= fits, "paths", named - fits, "read, write, edit, ls, glob, grep "
                      "(and exec in deny rules)")  # fmt: skip
         if self.hosts is not None:
-            _require(named <= URL_TOOLS, "hosts", named - URL_TOOLS, "web_fetch")
-        if self.scopes is not None:
-            wrong = named & (PATH_TOOLS | URL_TOOLS | {EXEC_TOOL})
-            _require(not wrong, "scopes", wrong, "tools without a path, URL or command")
+            _require(named <= HOST_TOOLS, "hosts", named - HOST_TOOLS, "web_fetch, web_search")
+        for kind in ("scopes", "resources"):
+            if kind in kinds:
+                wrong = named & (PATH_TOOLS | HOST_TOOLS | {EXEC_TOOL})
+                _require(not wrong, kind, wrong, "tools without a path, URL or command")
         return self
 
 

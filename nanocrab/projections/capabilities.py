@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
+from nanocrab.capabilities.deps import Node
 from nanocrab.events import (
     CapabilityDisabled,
     CapabilityEnabled,
@@ -62,6 +63,8 @@ capabilities = Table(
     Column("status_reason", Text, nullable=False, default=""),
     Column("registered_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("user_guidance", Text, nullable=False, default=""),
+    Column("requires", Text, nullable=False, default="[]"),  # JSON list of capability names
 )
 
 capability_versions = Table(
@@ -157,6 +160,7 @@ async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) ->
         "entry": e.entry, "parameters": json.dumps(e.parameters),
         "permissions": json.dumps(e.permissions), "content_hash": e.content_hash,
         "registered_at": e.time, "updated_at": e.time, "removed": False,
+        "user_guidance": e.user_guidance, "requires": json.dumps(sorted(e.requires)),
     }  # fmt: skip
     row = (
         await conn.execute(
@@ -211,6 +215,8 @@ class CapabilityRow:
     status_reason: str
     registered_at: datetime
     updated_at: datetime
+    user_guidance: str = ""
+    requires: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -262,6 +268,7 @@ def _row(r: Any) -> CapabilityRow:
         parameters=json.loads(r["parameters"]), permissions=json.loads(r["permissions"]),
         content_hash=r["content_hash"], status_reason=r["status_reason"] or "",
         registered_at=as_utc(r["registered_at"]), updated_at=as_utc(r["updated_at"]),
+        user_guidance=r["user_guidance"] or "", requires=json.loads(r["requires"] or "[]"),
     )  # fmt: skip
 
 
@@ -275,6 +282,13 @@ async def list_capabilities(
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).mappings().all()
     return [_row(r) for r in rows]
+
+
+def dependency_nodes(rows: Sequence[CapabilityRow]) -> dict[str, Node]:
+    """The registry as :mod:`nanocrab.capabilities.deps` sees it (pass removed rows too)."""
+    return {
+        r.name: Node(enabled=r.enabled, removed=r.removed, requires=tuple(r.requires)) for r in rows
+    }
 
 
 async def capability(engine: AsyncEngine, name: str) -> CapabilityDetail | None:

@@ -16,15 +16,22 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
     Event,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
     GuardrailChecked,
+    HookApplied,
     LlmFailed,
     LlmResponded,
     MemoryConsolidated,
     MemoryRecalled,
+    PlanCreated,
+    PlanStepCompleted,
+    PlanStepFailed,
+    PlanStepStarted,
     ReplySent,
     RouteDecided,
     RunCompleted,
@@ -68,8 +75,9 @@ def summarize(event: Event, limit: int = 300) -> str:
             text = f"{k}: {r}"
         case LlmResponded(model=m, usage=u, stop_reason=s):
             text = f"{m} {s} in={u.input_tokens} out={u.output_tokens}"
-        case LlmFailed(kind=k, message=m):
-            text = f"{k}: {m}"
+        case LlmFailed(kind=k, message=m, failover_to=target):
+            # a move to the agent's next model (llm/failover.py) names both
+            text = f"{k}: {m}" + (f" → failover from {event.model} to {target}" if target else "")
         case ToolRequested(tool=tool, arguments=args):
             shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
             text = f"{tool}({shown})"
@@ -102,6 +110,30 @@ def summarize(event: Event, limit: int = 300) -> str:
             text = f"{eid}: {summary}"
         case BudgetExceeded(scope=scope, key=key, spent_usd=usd, spent_tokens=tokens):
             text = f"{scope} {key}: spent ${usd:.4f}, {tokens} tokens"
+            if event.on_exceed == "ask":
+                text += "; asking for more"
+        case BudgetRaised(scope=scope, key=key, increment=inc, approver=who):
+            more = " and ".join(x for x in (
+                f"${inc.max_usd}" if inc.max_usd is not None else "",
+                f"{inc.max_tokens} tokens" if inc.max_tokens is not None else "",
+            ) if x)  # fmt: skip
+            text = f"{scope} {key}: +{more} approved by {who or '-'}"
+        case BudgetRefused(answer=answer, reason=reason):
+            text = f"{answer}: {reason}"
+        case PlanCreated(steps=steps, revision=rev):
+            text = f"revision {rev}: " + "; ".join(
+                f"{i + 1}. {st.intent}" for i, st in enumerate(steps)
+            )
+        case PlanStepStarted(index=i, step=st):
+            text = f"step {i + 1}: {st.intent} [{', '.join(st.tools) or 'no tools'}]"
+        case PlanStepCompleted(index=i, summary=summary):
+            text = f"step {i + 1} done: {summary}"
+        case PlanStepFailed(index=i, reason=reason, replan=replan):
+            text = f"step {i + 1} failed: {reason}" + ("; re-planning" if replan else "")
+        case HookApplied(hook=hook, point=point, summary=summary, note=note, error=error):
+            # an extension hook's effect (nanocrab/hooks): which, where, how
+            what = f"error: {error}" if error else "; ".join(x for x in (summary, note) if x)
+            text = f"{hook} at {point}: {what}"
         case _:
             text = ""
     return text if len(text) <= limit else text[: limit - 1] + "…"

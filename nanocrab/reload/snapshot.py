@@ -1,8 +1,10 @@
 """The configuration directory as one content-addressed snapshot.
 
 What a snapshot holds, relative to the configuration directory: ``policy.yaml``,
-``guardrails.yaml``, ``agents.yaml`` and every regular, non-hidden file under ``skills/`` and
-``prompts/``. Nothing else there (the data dir's stores, keys, workspace) is configuration.
+``guardrails.yaml``, ``agents.yaml``, every regular, non-hidden file under ``skills/`` and
+``prompts/``, and the modules of the Python agents ``agents.yaml`` declares (``module:``, when
+the path is relative and stays inside the directory; docs/agents.md). Nothing else there (the
+data dir's stores, keys, workspace) is configuration.
 
 Its version is the sha256 of its canonical encoding (paths sorted, msgpack), so the same files
 always give the same version on every machine, and the reloader's events derive their ids from
@@ -76,6 +78,30 @@ def watched(config_dir: Path) -> list[Path]:
     return [config_dir, *(config_dir / d for d in CONFIG_DIRS if (config_dir / d).is_dir())]
 
 
+def agent_modules(config_dir: Path) -> list[str]:
+    """The Python agent modules ``config_dir/agents.yaml`` declares inside ``config_dir``, as
+    relative POSIX paths (read leniently: a broken file declares none, validation says why)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((config_dir / "agents.yaml").read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    agents = data.get("agents") if isinstance(data, dict) else None
+    base = config_dir.resolve()
+    out: list[str] = []
+    for agent in agents if isinstance(agents, list) else ():
+        module = agent.get("module") if isinstance(agent, dict) else None
+        if not isinstance(module, str) or Path(module).is_absolute():
+            continue
+        target = (config_dir / module).resolve()
+        if target.is_relative_to(base) and target != base:
+            rel = target.relative_to(base).as_posix()
+            if not any(p.startswith(".") for p in Path(rel).parts) and rel not in out:
+                out.append(rel)
+    return out
+
+
 def relevant(config_dir: Path, path: str) -> bool:
     """Whether a changed ``path`` (absolute) can change the snapshot of ``config_dir``."""
     try:
@@ -85,7 +111,9 @@ def relevant(config_dir: Path, path: str) -> bool:
     parts = rel.parts
     if not parts or any(p.startswith(".") for p in parts):
         return False
-    return parts[0] in CONFIG_DIRS or (len(parts) == 1 and parts[0] in CONFIG_FILES)
+    if parts[0] in CONFIG_DIRS or (len(parts) == 1 and parts[0] in CONFIG_FILES):
+        return True
+    return rel.suffix == ".py" and rel.as_posix() in agent_modules(config_dir)
 
 
 def collect(config_dir: Path) -> Snapshot:
@@ -118,6 +146,9 @@ def collect(config_dir: Path) -> Snapshot:
                 path = Path(dirpath) / f
                 if path.is_file():
                     add(path, path.relative_to(config_dir).as_posix())
+    for rel in agent_modules(config_dir):
+        if rel not in files and (config_dir / rel).is_file():
+            add(config_dir / rel, rel)
     return Snapshot(files)
 
 

@@ -1,9 +1,11 @@
 """A snapshot checked in isolation, with the loaders the handlers use.
 
 The snapshot is written to a fresh temporary directory (never the live one) and loaded as a
-handler would load it: policy parse and compile, guardrails chain, agents, every SKILL.md. Each
-problem names the file relative to the configuration directory and, where the loader knows it,
-the line. A snapshot with any problem is never activated.
+handler would load it: policy parse and compile, guardrails chain, agents, every SKILL.md, and
+each Python agent's module imported and its smoke tests run, in a subprocess with a time limit
+(:func:`nanocrab.pyagent.smoke.check`). Each problem names the file relative to the
+configuration directory and, where the loader knows it, the line. A snapshot with any problem
+is never activated.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from pathlib import Path
 from nanocrab.events import ReloadProblem
 from nanocrab.guardrails import GuardrailsError, load_guardrails
 from nanocrab.policy import PolicyError, load_policy
+from nanocrab.pyagent.smoke import DEFAULT_TIMEOUT_S, check
 from nanocrab.reload.snapshot import Snapshot
-from nanocrab.routing import AgentsError, load_agents
+from nanocrab.routing import AgentsConfig, AgentsError, load_agents
 from nanocrab.skills import SkillError, SkillLibrary
 
 _LOCATED = re.compile(r"^(?P<file>[^\s:][^:]*?):(?P<line>\d+)(?::\d+)?:\s*(?P<msg>.*)$", re.S)
@@ -37,8 +40,31 @@ def problem(text: str, root: Path, fallback_file: str) -> ReloadProblem:
     return ReloadProblem(file=file, line=int(m[1]) if m else 0, message=rest)
 
 
-def validate(snapshot: Snapshot) -> list[ReloadProblem]:
-    """Every problem of ``snapshot`` (empty: it may be activated)."""
+def python_agents(agents: AgentsConfig, root: Path, timeout_s: float) -> list[ReloadProblem]:
+    """Each Python agent of ``agents`` (materialized at ``root``): its module imports, holds
+    its class, and passes its smoke tests (``async def smoke(harness)``) within ``timeout_s``."""
+    problems: list[ReloadProblem] = []
+    for spec in agents.agents:
+        if spec.module is None:
+            continue
+        path = root / spec.module
+        if not path.is_file():
+            why = f"agent {spec.name!r}: module {spec.module} not found"
+            problems.append(ReloadProblem(file="agents.yaml", message=why))
+            continue
+        outcome = check(path, spec.agent_class, timeout_s=timeout_s)
+        if not outcome.ok:
+            file = spec.module if not Path(spec.module).is_absolute() else str(path)
+            why = f"agent {spec.name!r}: {outcome.message}"
+            problems.append(ReloadProblem(file=file, line=outcome.line, message=why))
+    return problems
+
+
+def validate(
+    snapshot: Snapshot, *, smoke_timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[ReloadProblem]:
+    """Every problem of ``snapshot`` (empty: it may be activated). ``smoke_timeout_s``: the
+    time limit of each Python agent's import and smoke tests."""
     problems: list[ReloadProblem] = []
     for rel, data in snapshot.files.items():
         if rel.endswith(".unreadable"):
@@ -54,9 +80,12 @@ def validate(snapshot: Snapshot) -> list[ReloadProblem]:
             if not (root / name).is_file():
                 continue
             try:
-                load(root / name)
+                loaded = load(root / name)
             except error as exc:
                 problems.append(problem(str(exc), root, name))
+                continue
+            if isinstance(loaded, AgentsConfig):
+                problems.extend(python_agents(loaded, root, smoke_timeout_s))
         if (root / "skills").is_dir():
             library = SkillLibrary.discover([root / "skills"])
             for p in library.problems:

@@ -47,6 +47,7 @@ from nanocrab.events import (
 from nanocrab.events.system import SWITCH_SUBJECT_ID
 from nanocrab.reload.loaded import BaseConfig, LoadedConfig, load_config
 from nanocrab.reload.snapshot import Snapshot
+from nanocrab.routing import install_profiles
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,7 @@ class ConfigView:
                 shutil.rmtree(tmp, ignore_errors=True)
         loaded = await asyncio.to_thread(load_config, version, root, self.base)
         self.versions[version] = loaded
+        _new_agents(loaded)
         return loaded
 
     async def _fetch(self, version: str) -> Snapshot:
@@ -306,3 +308,12 @@ class ConfigView:
         if loaded is None:
             loaded = load_config(snapshot.version, root, self.base)
         self.versions.setdefault(snapshot.version, loaded)
+        _new_agents(loaded)
+
+
+def _new_agents(loaded: LoadedConfig) -> None:
+    """Agents a version declares that this process has no profile for yet become known (a
+    Python agent added by a reload is routed to and started as itself, not as ``default``);
+    existing profiles are left as they are."""
+    if loaded.agents is not None:
+        install_profiles(loaded.agents, only_new=True)

@@ -31,12 +31,22 @@ from nanocrab.tools.paths import resolve_in_workspace
 from nanocrab.tools.process import kill_tree, run_local_process
 from nanocrab.tools.read import ReadArgs, ReadTool
 from nanocrab.tools.registry import ToolRegistry, default_tools
+from nanocrab.tools.search import (
+    BraveSearch,
+    SearchHit,
+    SearchProvider,
+    TavilySearch,
+    WebSearchArgs,
+    WebSearchTool,
+    make_search_provider,
+)
 from nanocrab.tools.shell import ExecArgs, ExecTool
 from nanocrab.tools.web import WebFetchArgs, WebFetchTool
 from nanocrab.tools.write import WriteArgs, WriteTool
 
 __all__ = [
     "ArtifactStore",
+    "BraveSearch",
     "DirEntry",
     "EditArgs",
     "EditTool",
@@ -56,6 +66,9 @@ __all__ = [
     "ProcessOutcome",
     "ReadArgs",
     "ReadTool",
+    "SearchHit",
+    "SearchProvider",
+    "TavilySearch",
     "Tool",
     "ToolArgs",
     "ToolContext",
@@ -65,11 +78,14 @@ __all__ = [
     "WalkEntry",
     "WebFetchArgs",
     "WebFetchTool",
+    "WebSearchArgs",
+    "WebSearchTool",
     "WriteArgs",
     "WriteTool",
     "compile_glob",
     "default_tools",
     "kill_tree",
+    "make_search_provider",
     "normalise_host",
     "resolve_in_workspace",
     "run_local_process",

@@ -8,6 +8,11 @@ with the workspace mounted only as its declared permissions say (``fs.read`` rea
 ``fs.write`` writable, nothing otherwise). The result carries :class:`CapabilityDetails`, from
 which the executor records ``capability.invoked`` for the registry's statistics. The policy
 derives the call's tier from the same declared permissions.
+
+The catalogue (``name="list"``) shows each capability's ``user_guidance`` and what it
+``requires``; a capability whose dependency chain is not all enabled, or that declares a
+permission the configuration no longer permits, is listed as unavailable (``blocked``, with the
+reason) and refused when called.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ class EnabledCapability:
     parameters: dict[str, Any]
     permissions: tuple[str, ...]
     source: str
+    user_guidance: str = ""
+    requires: tuple[str, ...] = ()
+    blocked: str = ""  # why it may not run now (a dependency not enabled, ...); "" if it may
 
 
 Lookup = Callable[[str], Awaitable[EnabledCapability | None]]
@@ -65,10 +73,13 @@ class CapabilityTool:
     args_model: ClassVar[type[ToolArgs]] = CapabilityArgs
     idempotent: ClassVar[bool] = False  # generated code may write (fs.write)
 
-    def __init__(self, sandbox: Sandbox, *, lookup: Lookup, catalogue: Catalogue) -> None:
+    def __init__(
+        self, sandbox: Sandbox, *, lookup: Lookup, catalogue: Catalogue, limits: Limits = LIMITS
+    ) -> None:
         self.sandbox = sandbox
         self.lookup = lookup
         self.catalogue = catalogue
+        self.limits = limits
 
     async def run(self, args: CapabilityArgs, ctx: ToolContext) -> ToolResult:
         if args.name == "list":
@@ -79,11 +90,13 @@ class CapabilityTool:
                 "not_found",
                 f'no enabled capability {args.name!r}; call capability with name="list"',
             )
+        if cap.blocked:
+            raise ToolError("denied", f"{cap.name} cannot run now: {cap.blocked}")
         if problems := argument_errors(cap.parameters, args.arguments):
             raise ToolError("invalid_arguments", f"{cap.name}: " + "; ".join(problems))
         result, run = await invoke(
             self.sandbox, name=cap.name, version=cap.version, code=cap.source, entry=cap.entry,
-            arguments=args.arguments, mounts=_mounts(cap, ctx), limits=LIMITS,
+            arguments=args.arguments, mounts=_mounts(cap, ctx), limits=self.limits,
         )  # fmt: skip
         box = result.sandbox
         details = CapabilityDetails(
@@ -111,13 +124,24 @@ class CapabilityTool:
             return ToolResult(
                 content=[TextBlock("no capabilities are enabled (`nanocrab capabilities list`)")]
             )
-        lines = [
-            f"- {c.name} {c.version}: {c.description}\n  parameters: "
-            f"{json.dumps(c.parameters.get('properties', {}))}"
-            + (f"\n  permissions: {', '.join(c.permissions)}" if c.permissions else "")
-            for c in caps
-        ]
-        return ToolResult(content=[TextBlock("\n".join(lines))])
+        return ToolResult(content=[TextBlock("\n".join(_entry(c) for c in caps))])
+
+
+def _entry(c: EnabledCapability) -> str:
+    """One capability in the catalogue the model sees."""
+    lines = [
+        f"- {c.name} {c.version}: {c.description}",
+        f"  parameters: {json.dumps(c.parameters.get('properties', {}))}",
+    ]
+    if c.user_guidance:
+        lines.append(f"  guidance: {c.user_guidance}")
+    if c.permissions:
+        lines.append(f"  permissions: {', '.join(c.permissions)}")
+    if c.requires:
+        lines.append(f"  requires: {', '.join(c.requires)}")
+    if c.blocked:
+        lines.append(f"  unavailable: {c.blocked}")
+    return "\n".join(lines)
 
 
 def _mounts(cap: EnabledCapability, ctx: ToolContext) -> list[Mount]:

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from nanocrab.events import EditDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
-from nanocrab.tools.paths import display_path, not_found, os_error, resolve_in_workspace
+from nanocrab.tools.paths import display_path, not_found, os_error
 from nanocrab.tools.text import BOM, looks_binary
 
 
@@ -45,7 +45,7 @@ class EditTool:
     idempotent: ClassVar[bool] = False  # changes a file
 
     async def run(self, args: EditArgs, ctx: ToolContext) -> ToolResult:
-        path = resolve_in_workspace(ctx.workspace, args.path)
+        path = await ctx.ops.resolve(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         try:
             info = await ctx.ops.stat(path, workspace=ctx.workspace)

@@ -15,12 +15,11 @@ from pydantic import Field
 
 from nanocrab.events import GlobDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
+from nanocrab.tools.ops import link_inside
 from nanocrab.tools.paths import (
     display_path,
-    link_stays_inside,
     not_found,
     os_error,
-    resolve_in_workspace,
 )
 
 PRUNED = frozenset({".git"})
@@ -152,7 +151,7 @@ class GlobTool:
 
     async def run(self, args: GlobArgs, ctx: ToolContext) -> ToolResult:
         matches = compile_glob(args.pattern)
-        base = resolve_in_workspace(ctx.workspace, args.path)
+        base = await ctx.ops.resolve(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, base)
         found: list[str] = []
         try:
@@ -166,7 +165,9 @@ class GlobTool:
             async for entry in ctx.ops.walk(base, workspace=ctx.workspace, prune=PRUNED):
                 if not matches(entry.rel):
                     continue
-                if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
+                if entry.is_symlink and not await link_inside(
+                    ctx.ops, entry.path, workspace=ctx.workspace
+                ):
                     continue
                 rel = display_path(ctx.workspace, entry.path)
                 found.append(rel + "/" if entry.is_dir else rel)

@@ -13,12 +13,11 @@ from pydantic import Field
 from nanocrab.events import GrepDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
 from nanocrab.tools.globbing import PRUNED, compile_glob
+from nanocrab.tools.ops import link_inside
 from nanocrab.tools.paths import (
     display_path,
-    link_stays_inside,
     not_found,
     os_error,
-    resolve_in_workspace,
 )
 from nanocrab.tools.text import looks_binary
 
@@ -74,7 +73,7 @@ class GrepTool:
                 "such as ( [ . * + ? with a backslash to match them literally.",
             ) from exc
         wanted = _file_filter(args.glob)
-        base = resolve_in_workspace(ctx.workspace, args.path)
+        base = await ctx.ops.resolve(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, base)
         lines: list[str] = []
         files = 0
@@ -122,7 +121,9 @@ class GrepTool:
             async for entry in walk:
                 if entry.is_dir or not wanted(entry.rel):
                     continue
-                if entry.is_symlink and not link_stays_inside(ctx.workspace, entry.path):
+                if entry.is_symlink and not await link_inside(
+                    ctx.ops, entry.path, workspace=ctx.workspace
+                ):
                     continue
                 yield entry.path
 

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from nanocrab.events import LsDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
-from nanocrab.tools.paths import display_path, os_error, resolve_in_workspace
+from nanocrab.tools.paths import display_path, os_error
 
 
 class LsArgs(ToolArgs):
@@ -32,7 +32,7 @@ class LsTool:
         self.max_entries = max_entries
 
     async def run(self, args: LsArgs, ctx: ToolContext) -> ToolResult:
-        path = resolve_in_workspace(ctx.workspace, args.path)
+        path = await ctx.ops.resolve(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         try:
             info = await ctx.ops.stat(path, workspace=ctx.workspace)

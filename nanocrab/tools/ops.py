@@ -26,7 +26,7 @@ from typing import Protocol
 
 from nanocrab.tools.base import OutputSink
 from nanocrab.tools.confine import Confinement, Jail, SandboxStatus, SandboxUnavailable, host_status
-from nanocrab.tools.paths import PathEscape, beneath
+from nanocrab.tools.paths import PathEscape, beneath, resolve_in_workspace
 from nanocrab.tools.process import ProcessOutcome, Spawn, run_local_process, spawn_local
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "PathEscape",
     "ProcessOutcome",
     "WalkEntry",
+    "link_inside",
 ]
 
 
@@ -84,6 +85,13 @@ class Operations(Protocol):
     :class:`~nanocrab.tools.paths.PathEscape` (``walk`` neither yields its target's kind nor
     enters it).
     """
+
+    async def resolve(self, workspace: Path, path: str) -> Path:
+        """The real path a tool's ``path`` argument (relative to ``workspace``, or absolute)
+        names, inside ``workspace``: :func:`~nanocrab.tools.paths.resolve_in_workspace` with
+        the symlinks of this backend's tree. Raises its ``ToolError`` failures (``path_escape``
+        when it resolves outside). Only the tool's first check: the file methods check again."""
+        ...
 
     async def read_bytes(self, path: Path, *, workspace: Path) -> bytes:
         """The whole file."""
@@ -136,6 +144,20 @@ class Operations(Protocol):
         ...
 
 
+async def link_inside(ops: Operations, path: Path, *, workspace: Path) -> bool:
+    """Whether the symlink ``walk`` met at ``path`` stays inside the workspace as ``ops``
+    resolves it, on the backend's own host (a remote one's links are not this host's): ``False``
+    only when following it leads out (:class:`~nanocrab.tools.paths.PathEscape`); a link that
+    dangles or loops counts as inside (opening it fails later)."""
+    try:
+        await ops.stat(path, workspace=workspace)
+    except PathEscape:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -169,6 +191,9 @@ class LocalOperations:
         self.max_output_bytes = max_output_bytes
         self.sandbox_status = sandbox_status
         self._new_file_mode = 0o666 & ~_current_umask()
+
+    async def resolve(self, workspace: Path, path: str) -> Path:
+        return resolve_in_workspace(workspace, path)
 
     async def read_bytes(self, path: Path, *, workspace: Path) -> bytes:
         return beneath(workspace, path, _read)

@@ -18,6 +18,7 @@ from nanocrab.tools.grep import GrepTool
 from nanocrab.tools.listing import LsTool
 from nanocrab.tools.python import PythonTool
 from nanocrab.tools.read import ReadTool
+from nanocrab.tools.search import SearchProvider, WebSearchTool
 from nanocrab.tools.shell import ExecTool
 from nanocrab.tools.web import WebFetchTool
 from nanocrab.tools.write import WriteTool
@@ -128,13 +129,22 @@ class ToolRegistry:
         return [self._tools[n] for n in self._order if n in wanted]
 
 
-def default_tools(*, web_allow: Sequence[str] = (), sandbox: Sandbox | None = None) -> list[Tool]:
+def default_tools(
+    *,
+    web_allow: Sequence[str] = (),
+    sandbox: Sandbox | None = None,
+    search: SearchProvider | None = None,
+) -> list[Tool]:
     """The host tools with their default limits; ``web_fetch`` reaches only ``web_allow``;
-    ``python`` runs in the WebAssembly sandbox (compiled interpreter cached per user)."""
-    return [
+    ``python`` runs in the WebAssembly sandbox (compiled interpreter cached per user); with a
+    ``search`` provider, also ``web_search`` (its API host must be in ``web_allow`` too)."""
+    tools: list[Tool] = [
         ReadTool(), WriteTool(), EditTool(), LsTool(), GlobTool(), GrepTool(), ExecTool(),
         WebFetchTool(web_allow), PythonTool(sandbox=sandbox),
     ]  # fmt: skip
+    if search is not None:
+        tools.append(WebSearchTool(search, web_allow))
+    return tools
 
 
 def first_sentence(text: str) -> str:

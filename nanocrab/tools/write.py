@@ -8,7 +8,7 @@ from pydantic import Field
 
 from nanocrab.events import WriteDetails
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
-from nanocrab.tools.paths import display_path, os_error, resolve_in_workspace
+from nanocrab.tools.paths import display_path, os_error
 
 
 class WriteArgs(ToolArgs):
@@ -29,7 +29,7 @@ class WriteTool:
     idempotent: ClassVar[bool] = False  # changes a file
 
     async def run(self, args: WriteArgs, ctx: ToolContext) -> ToolResult:
-        path = resolve_in_workspace(ctx.workspace, args.path)
+        path = await ctx.ops.resolve(ctx.workspace, args.path)
         shown = display_path(ctx.workspace, path)
         data = args.content.encode()
         try:

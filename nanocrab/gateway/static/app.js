@@ -65,6 +65,7 @@ function liveTimeline(table) {
     cell(row, event.type);
     cell(row, event.source || "");
     cell(row, summary(event));
+    cell(row, "");
     body.appendChild(row);
     if (event.type === "run.started") status.textContent = "running";
     if (event.type === "approval.requested") {
@@ -109,6 +110,24 @@ function liveTimeline(table) {
   }
 }
 
+function branchButtons(table) {
+  // "Branch" on a timeline row: a new session from that event, then a task box to continue it
+  table.addEventListener("click", async (click) => {
+    const button = click.target.closest("button.branch");
+    if (!button) return;
+    const run = table.dataset.run;
+    button.disabled = true;
+    try {
+      const done = await api("POST", `/v1/runs/${encodeURIComponent(run)}/branch`,
+        { at: button.dataset.event });
+      location.href = `/?session=${encodeURIComponent(done.session_id)}&from=${encodeURIComponent(run)}`;
+    } catch (error) {
+      button.disabled = false;
+      alert(`branch failed: ${error.message}`);
+    }
+  });
+}
+
 function bump(id) {
   const counter = document.getElementById(id);
   if (counter) counter.textContent = String(Number(counter.textContent) + 1);
@@ -148,7 +167,10 @@ document.addEventListener("DOMContentLoaded", () => {
     task.addEventListener("submit", async (submit) => {
       submit.preventDefault();
       try {
-        const done = await api("POST", "/v1/tasks", { text: document.getElementById("task-text").value });
+        const body = { text: document.getElementById("task-text").value };
+        const session = document.getElementById("task-session");
+        if (session && session.value) body.session_id = session.value;
+        const done = await api("POST", "/v1/tasks", body);
         location.href = `/runs/${done.run_id}`;
       } catch (error) {
         document.getElementById("submit-result").textContent = error.message;
@@ -157,5 +179,6 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   for (const box of document.querySelectorAll("#approvals, #approvals-table")) approvalButtons(box);
   const timeline = document.getElementById("timeline");
+  if (timeline) branchButtons(timeline);
   if (timeline && timeline.dataset.done !== "yes") liveTimeline(timeline);
 });

@@ -11,9 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from nanocrab.capabilities import CapabilityError, ParsedModule, content_hash, parse_module, scan
-from nanocrab.events import MAX_SOURCE_BYTES, CapabilityFinding, SafetyLevel
+from nanocrab.capabilities.config import FILE as CONFIG_FILE
+from nanocrab.capabilities.config import CapabilityConfig
+from nanocrab.capabilities.deps import Node, cycle
+from nanocrab.events import CapabilityFinding, SafetyLevel
 
-MAX_TESTS = 20
+DEFAULTS = CapabilityConfig()
+MAX_TESTS = DEFAULTS.limits.max_tests
 
 
 @dataclass(frozen=True)
@@ -53,19 +57,26 @@ def check_module(
     name: str = "",
     registered: Mapping[str, str] | None = None,
     current: str | None = None,
+    config: CapabilityConfig = DEFAULTS,
+    registry: Mapping[str, Node] | None = None,
 ) -> StaticVerdict:
     """Vet ``source`` before anything runs it.
 
     ``name``: the name the request asked for ("" lets the module choose). ``registered``: the
     capability's registered versions (version → content hash); ``current``: its current
     version. A version number already registered with other code, or lower than the current
-    one, is refused: versions are immutable and move forward.
+    one, is refused: versions are immutable and move forward. ``config``: the size, test and
+    registry limits and the permitted operations (``capability_config``). ``registry``: every
+    capability by name, for its ``requires`` (each must be registered and not removed, and form
+    no cycle) and ``max_capabilities``; ``None`` skips those checks.
     """
-    if len(source.encode()) > MAX_SOURCE_BYTES:
+    limit = config.limits.max_source_bytes
+    if len(source.encode()) > limit:
         return StaticVerdict(
             content_hash=content_hash(source),
-            findings=[_error("too_large", f"the module is over {MAX_SOURCE_BYTES // 1024} KiB")],
-        )
+            findings=[_error("too_large", f"the module is over {limit} bytes ({CONFIG_FILE} "
+                             "capability_config.limits.max_source_bytes)")],
+        )  # fmt: skip
     try:
         module = parse_module(source)
     except CapabilityError as exc:
@@ -105,10 +116,23 @@ def check_module(
                 "parameter instead",
             )
         )
+    refused = config.refused_permissions(set(spec.permissions) - {"net"})  # net: said above
+    if refused:
+        findings.append(
+            _error(
+                "permission_forbidden",
+                f"the configuration does not permit {', '.join(map(repr, refused))} "
+                f"({CONFIG_FILE} capability_config.allowed_operations/forbidden_operations): "
+                "work without it (take the data as a parameter, return the result)",
+            )
+        )
+    if registry is not None:
+        findings.extend(_registry_findings(spec.name, spec.requires, config, registry))
+    max_tests = config.limits.max_tests
     if not module.test_names:
         findings.append(_error("no_tests", "the module has no test_* functions"))
-    elif len(module.test_names) > MAX_TESTS:
-        findings.append(_error("too_many_tests", f"more than {MAX_TESTS} test_* functions"))
+    elif len(module.test_names) > max_tests:
+        findings.append(_error("too_many_tests", f"more than {max_tests} test_* functions"))
     report = scan(source, spec.permissions)
     for f in report.findings:
         findings.append(
@@ -128,6 +152,43 @@ def check_module(
         findings=findings,
         safety_level=report.safety_level,
     )
+
+
+def _registry_findings(
+    name: str, requires: tuple[str, ...], config: CapabilityConfig, registry: Mapping[str, Node]
+) -> list[CapabilityFinding]:
+    out: list[CapabilityFinding] = []
+    for dep in requires:
+        node = registry.get(dep)
+        if node is None or node.removed:
+            state = "not registered" if node is None else "removed"
+            out.append(
+                _error(
+                    "requires_unknown",
+                    f"it requires {dep!r}, which is {state}: generate {dep} first, or drop it "
+                    'from CAPABILITY["requires"]',
+                )
+            )
+    looped = cycle(registry, name, requires)
+    if looped is not None:
+        out.append(
+            _error(
+                "requires_cycle",
+                "its requires would form a cycle (" + " → ".join(looped) + "): drop one",
+            )
+        )
+    cap = config.limits.max_capabilities
+    live = sum(1 for other, node in registry.items() if not node.removed and other != name)
+    existing = registry.get(name)
+    if cap is not None and (existing is None or existing.removed) and live >= cap:
+        out.append(
+            _error(
+                "registry_full",
+                f"the registry holds {live} capabilities, the configured maximum ({CONFIG_FILE} "
+                "capability_config.limits.max_capabilities): remove one first",
+            )
+        )
+    return out
 
 
 def _error(rule: str, message: str, *, line: int = 0) -> CapabilityFinding:

@@ -10,6 +10,14 @@ request with ``capability.tested(passed, final)`` + ``capability.registered`` â€
 that moves the registry, so a new version replaces the old one only once its tests pass. When
 the attempts are spent the last ``capability.tested(final)`` says so and nothing is registered.
 
+Settings (``capability_config``, :mod:`nanocrab.capabilities.config`): the model and its
+``max_tokens``, the attempts cap, the size, test and registry limits, the test sandbox's limits,
+the permitted operations (a module declaring another is refused, ``permission_forbidden``), and
+``auto_enable``: a capability new to the registry is then enabled at once
+(``capability.enabled``, reason ``auto_enable``) when everything it ``requires`` is enabled.
+A module's ``requires`` must name registered, not removed capabilities and form no cycle. The
+registry entry carries ``user_guidance``: the module's, else the request's guidance.
+
 Redelivery: a request that already has a final verdict in the log (looked up after the
 request's own position) emits nothing; otherwise it starts over and the progress events, whose
 ids derive from (capgen, request id, attempt), deduplicate.
@@ -18,6 +26,7 @@ ids derive from (capgen, request id, attempt), deduplicate.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace as dc_replace
 
 from msgspec.structs import replace
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -25,10 +34,16 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from nanocrab.bus import Delivery, EventLog, stamp
 from nanocrab.bus.direct import DirectReader
 from nanocrab.capabilities import CapabilityError, parse_module
+from nanocrab.capabilities.config import CapabilityConfig
+from nanocrab.capabilities.deps import Node, problems
+from nanocrab.capabilities.module import MAX_GUIDANCE_CHARS
 from nanocrab.events import (
+    CapabilityDisabled,
+    CapabilityEnabled,
     CapabilityFinding,
     CapabilityGenerated,
     CapabilityRegistered,
+    CapabilityRemoved,
     CapabilityRequested,
     CapabilityTested,
     Event,
@@ -62,14 +77,20 @@ class CapgenHandler:
         provider: Provider,
         sandbox: Sandbox,
         model: str = "",
-        test_limits: Limits = TEST_LIMITS,
+        test_limits: Limits | None = None,
         llm_attempts: int = 3,
         backoff_s: float = 1.0,
+        config: CapabilityConfig | None = None,
     ) -> None:
+        """``config``: the ``capability_config`` settings (defaults without); its ``model``,
+        when set, wins over ``model``, and ``test_limits`` over its test limits."""
         self.log = log
         self.provider = provider
         self.sandbox = sandbox
-        self.model = model
+        self.config = config or CapabilityConfig()
+        self.model = self.config.model or model
+        if test_limits is None:
+            test_limits = self.config.limits.tests() if config is not None else TEST_LIMITS
         self.test_limits = test_limits
         self.llm_attempts = llm_attempts
         self.backoff_s = backoff_s
@@ -79,7 +100,7 @@ class CapgenHandler:
         assert isinstance(event, CapabilityRequested)
         if await self._decided(event, delivery.seq):
             return []
-        attempts = max(1, min(event.max_attempts, MAX_ATTEMPTS))
+        attempts = max(1, min(event.max_attempts, MAX_ATTEMPTS, self.config.max_attempts))
         current = (await self._versions(event.name))[1] if event.name else None
         messages = [
             prompt.user(prompt.first_request(event.guidance, name=event.name, current=current))
@@ -96,7 +117,11 @@ class CapgenHandler:
             except SandboxError as exc:  # the host cannot run the sandbox: retrying cannot help
                 return [self._failed(event, attempt, "sandbox_unavailable", str(exc))]
             if tested.passed:
-                return [replace(tested, final=True), self._registered(verdict, attempt)]
+                registered = self._registered(verdict, attempt, event.guidance)
+                out: list[Event] = [replace(tested, final=True), registered]
+                if self.config.auto_enable:
+                    out.extend(await self._auto_enabled(registered))
+                return out
             if attempt == attempts:
                 return [replace(tested, final=True, report=_gave_up(tested, attempts))]
             await self._progress(event, tested, attempt, 1)
@@ -117,7 +142,10 @@ class CapgenHandler:
             return self._tested(event, attempt, verdict, None), verdict
         name = event.name or declared_name(code)
         registered, current = await self._versions(name) if name else ({}, None)
-        verdict = check_module(code, name=event.name, registered=registered, current=current)
+        verdict = check_module(
+            code, name=event.name, registered=registered, current=current, config=self.config,
+            registry=await self.registry(),
+        )  # fmt: skip
         generated = CapabilityGenerated(
             name=name or verdict.name,
             version=verdict.version,
@@ -141,9 +169,10 @@ class CapgenHandler:
         self, event: CapabilityRequested, messages: list[Message], attempt: int
     ) -> tuple[str, str]:
         request = ModelRequest(
-            system=prompt.system_prompt(),
+            system=prompt.system_prompt(self.config.permitted),
             messages=list(messages),
             model=self.model,
+            max_tokens=self.config.max_tokens,
             run_id=event.id,
             turn=attempt - 1,
             task=event.guidance,
@@ -189,6 +218,27 @@ class CapgenHandler:
                 current = stored.version
         return versions, current
 
+    async def registry(self) -> dict[str, Node]:
+        """Every capability ever registered, by name, as the log says now."""
+        return await registry_from_log(self.log, self.reader)
+
+    async def _auto_enabled(self, registered: CapabilityRegistered) -> list[Event]:
+        """``auto_enable``: the ``capability.enabled`` of a capability new to the registry, if
+        everything it requires is enabled; nothing for a new version (it keeps its status)."""
+        nodes = await self.registry()
+        before = nodes.get(registered.name)
+        if before is not None and not before.removed:
+            return []
+        nodes[registered.name] = Node(enabled=False, requires=tuple(registered.requires))
+        if problems(nodes, registered.name):
+            return []
+        return [
+            CapabilityEnabled(
+                name=registered.name, version=registered.version,
+                requires=list(registered.requires), reason="auto_enable",
+            )
+        ]  # fmt: skip
+
     async def _progress(self, cause: Event, event: Event, attempt: int, slot: int) -> None:
         first = _PROGRESS_ORDINAL + 10 * attempt + slot
         await self.log.append(stamp(self.name, cause, [event], first=first)[0])
@@ -217,7 +267,7 @@ class CapgenHandler:
         )
 
     @staticmethod
-    def _registered(verdict: StaticVerdict, attempt: int) -> CapabilityRegistered:
+    def _registered(verdict: StaticVerdict, attempt: int, guidance: str) -> CapabilityRegistered:
         module = verdict.module
         assert module is not None and verdict.safety_level is not None
         spec = module.spec
@@ -233,6 +283,8 @@ class CapgenHandler:
             code=module.source,
             tests=list(module.test_names),
             attempt=attempt,
+            user_guidance=spec.user_guidance or _clip(guidance.strip(), MAX_GUIDANCE_CHARS),
+            requires=list(spec.requires),
         )
 
     @staticmethod
@@ -255,6 +307,38 @@ def declared_name(code: str) -> str:
         return parse_module(code).spec.name
     except CapabilityError:
         return ""
+
+
+async def registry_from_log(log: EventLog, reader: DirectReader) -> dict[str, Node]:
+    """Every capability ever registered, by name, folded from the log: enabled, removed, and
+    the ``requires`` of its current version (what the registry projection would say, without
+    waiting for it)."""
+    raws = []
+    for kind in ("registered", "enabled", "disabled", "removed"):
+        raws.extend(await reader.after(log.subjects.of_type(f"capability.{kind}"), 0))
+    nodes: dict[str, Node] = {}
+    for raw in sorted(raws, key=lambda r: r.seq):
+        try:
+            e = log.decode(raw.data, subject=raw.subject)
+        except EventDecodeError:
+            continue
+        if isinstance(e, CapabilityRegistered):
+            old = nodes.get(e.name)
+            keep = old is not None and not old.removed and old.enabled
+            nodes[e.name] = Node(enabled=keep, requires=tuple(e.requires))
+            continue
+        node = nodes.get(getattr(e, "name", ""))
+        if node is None or node.removed:
+            continue
+        if isinstance(e, CapabilityEnabled | CapabilityDisabled):
+            nodes[e.name] = dc_replace(node, enabled=isinstance(e, CapabilityEnabled))
+        elif isinstance(e, CapabilityRemoved):
+            nodes[e.name] = dc_replace(node, enabled=False, removed=True)
+    return nodes
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "â€¦"
 
 
 def _report(verdict: StaticVerdict, run: ModuleTests | None, *, passed: bool) -> str:

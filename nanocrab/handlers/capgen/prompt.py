@@ -8,7 +8,7 @@ exactly why it was refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from nanocrab.capabilities.rules import ALLOWED_MODULES
 from nanocrab.events import CapabilityFinding, CapabilityTestResult, TextBlock
@@ -32,6 +32,10 @@ The module has, at top level:
    - "permissions": [] unless the code must touch files: "fs.read" to read them, "fs.write"
      to write them (the caller's directory is then the working directory; use relative
      paths). Declare nothing the code does not use. There is no network: never declare "net".
+     {permitted}
+   - optionally "user_guidance": one or two sentences telling a person or an agent how to
+     use it (what to pass, what comes back)
+   - optionally "requires": names of other registered capabilities it depends on ([] if none)
 2. the entry function: takes exactly the parameters as keyword arguments and returns a
    JSON-serialisable value (dict, list, str, int, float, bool or None).
 3. at least two `test_*` functions without arguments that check the entry function with plain
@@ -50,9 +54,18 @@ Reply with exactly one ```python code block holding the whole module, and nothin
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[A-Za-z0-9_+-]*)[^\n]*\n(?P<body>.*?)```", re.DOTALL)
 
 
-def system_prompt() -> str:
-    """The generator's instructions, with the scanner's own list of importable modules."""
-    return SYSTEM_PROMPT.format(imports=", ".join(sorted(ALLOWED_MODULES - {"__future__"})))
+def system_prompt(permitted: Collection[str] = ("fs.read", "fs.write")) -> str:
+    """The generator's instructions, with the scanner's own list of importable modules and the
+    permissions the configuration permits."""
+    usable = sorted(set(permitted) - {"net"})
+    allowed = (
+        f"This installation permits only: {', '.join(usable)}."
+        if usable
+        else "This installation permits no permission at all: keep it []."
+    )
+    return SYSTEM_PROMPT.format(
+        imports=", ".join(sorted(ALLOWED_MODULES - {"__future__"})), permitted=allowed
+    )
 
 
 def first_request(guidance: str, *, name: str = "", current: str | None = None) -> str:

@@ -68,3 +68,14 @@ def _new(state: RunState, args: str) -> list[Event]:
         [SessionArchived(session_id=old, reason="/new", next_session_id=new)] if old else []
     )
     return [ReplySent(text=text), *archived, RunCompleted(reply=text, steps=0)]
+
+
+@command("branch", "start a new session from any event of this one (`/branch EVENT_ID`)")
+def _branch(state: RunState, args: str) -> list[Event]:
+    """Answered by the front end that finds the event on the log (``nanocrab run`` does);
+    a run cannot read the log, so one that gets here says where branching is done."""
+    return answer(
+        "Branching starts a new session from any event of a run: `/branch EVENT_ID` in "
+        "`nanocrab run`, `nanocrab branch RUN_OR_SESSION --at EVENT_ID`, or "
+        "POST /v1/runs/{run_id}/branch on the gateway."
+    )

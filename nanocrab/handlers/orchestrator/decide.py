@@ -21,10 +21,12 @@ from pydantic import ValidationError
 from nanocrab.agents import enabled_tools, profile
 from nanocrab.events import (
     BudgetExceeded,
+    BudgetRefused,
     Event,
     GuardrailChecked,
     LlmRequested,
     MessageQueued,
+    PlanStepCompleted,
     ReplySent,
     RunCancelled,
     RunCompleted,
@@ -41,10 +43,11 @@ from nanocrab.events import (
     child_run_id,
 )
 from nanocrab.handlers.conversation import text_of
+from nanocrab.handlers.orchestrator import plan
 from nanocrab.handlers.orchestrator.budget import Spending, over_budget
 from nanocrab.handlers.orchestrator.commands import run_command
 from nanocrab.handlers.orchestrator.spawn import NATIVE_TOOLS, SpawnArgs
-from nanocrab.handlers.runstate import CallState, RunState
+from nanocrab.handlers.runstate import CallState, RunState, TurnState
 from nanocrab.policy.budgets import Budgets
 
 
@@ -74,34 +77,46 @@ def decide(
 
     ``budgets``: the policy's spending caps; with them (or a task carrying a ``budget``) a
     decision that would call the model is checked first (``budget.py``), and a run over a cap
-    ends with ``budget.exceeded`` + ``run.failed{kind: budget}`` instead. ``spending``: what
+    ends with ``budget.exceeded`` + ``run.failed{kind: budget}`` instead (or, for a cap set to
+    ``on_exceed: ask``, waits for a person's answer: :func:`_within_budget`). ``spending``: what
     the other runs of the run's session, agent and tenant spent (the reactor reads it from the
     usage view when a shared cap is set)."""
     out = _decide(state, now, guarded=guarded, routed=routed)
-    if state.task is None or state.terminal or (budgets is None and state.task.budget is None):
-        return out
+    uncapped = budgets is None and state.task is not None and state.task.budget is None
+    if state.task is None or state.terminal or (uncapped and state.over_budget is None):
+        return out  # (a run stopped over budget stays stopped, whatever the caps are now)
     return _within_budget(state, out, budgets or Budgets(), spending)
 
 
 def _within_budget(
     state: RunState, out: list[Event], budgets: Budgets, spending: Spending
 ) -> list[Event]:
-    """``out``, unless it calls the model past a cap: then the run ends over budget. Once a
-    ``budget.exceeded`` is in the run, every later decision only ends the run."""
+    """``out``, unless it calls the model past a cap: then the run stops over budget — it ends
+    (``on_exceed: fail``), or it waits for a person's answer (``ask``: the policy handler asks)
+    and ends when refused, or is checked again with the approved raise when raised. Once a
+    failing ``budget.exceeded`` is in the run, every later decision only ends the run."""
     at = next((i for i, e in enumerate(out) if isinstance(e, LlmRequested)), None)
     over = state.over_budget
+    if over is not None:
+        answer = state.budget_answers.get(over.id)
+        if over.on_exceed == "fail" or isinstance(answer, BudgetRefused):
+            head = [e for e in out[: len(out) if at is None else at] if isinstance(e, ReplySent)]
+            reason = budget_reason(over)
+            if isinstance(answer, BudgetRefused):
+                reason += f"; more was refused ({answer.answer}: {answer.reason})"
+            return [*head, *_finish_failed(state, "budget", reason)]
+        if answer is None:
+            return out if at is None else out[:at]  # a person is asked: the model call waits
+    if at is None:
+        return out
+    request = out[at]
+    assert isinstance(request, LlmRequested)
+    over = over_budget(state, budgets, spending, agent=agent_of(state), turn=request.turn)
     if over is None:
-        if at is None:
-            return out
-        request = out[at]
-        assert isinstance(request, LlmRequested)
-        over = over_budget(state, budgets, spending, agent=agent_of(state), turn=request.turn)
-        if over is None:
-            return out
-        head: list[Event] = [*out[:at], over]
-    else:
-        head = [e for e in out[: len(out) if at is None else at] if isinstance(e, ReplySent)]
-    return [*head, *_finish_failed(state, "budget", budget_reason(over))]
+        return out
+    if over.on_exceed == "ask":
+        return [*out[:at], over]
+    return [*out[:at], over, *_finish_failed(state, "budget", budget_reason(over))]
 
 
 def budget_reason(over: BudgetExceeded) -> str:
@@ -160,6 +175,8 @@ def _decide(
     if turn is None:
         return _opening(state, frozenset(state.started.guarded if state.started else ()))
     if turn.failure is not None:
+        if turn.failure.kind == "agent":  # a Python agent's code, not a model
+            return _finish_failed(state, "agent", f"the agent failed: {turn.failure.message}")
         reason = f"the model call failed ({turn.failure.kind}): {turn.failure.message}"
         return _finish_failed(state, "llm", reason)
     if turn.response is None:
@@ -188,17 +205,32 @@ def _decide(
                 )
             )
             return out  # one call at a time: a steer can still skip the rest
+        if call.tool == plan.TOOL and call.grant is not None and call.completed is None:
+            return out + plan.accept(state, call)
         if call.tool in NATIVE_TOOLS and call.grant is not None and call.child_run_id is None:
             return out + _spawn(state, call)
         return out  # waiting for the tool (or its grant)
     if turn.calls:
         if any(_output_unchecked(state, c) for c in turn.calls):
             return out  # the model reads no tool output the guardrails have not seen
+        delivers = [m.id for m in steer]
+        failed = plan.step_failure(state, turn)
+        if failed is not None:
+            if not failed.replan:
+                why = f"step {failed.index + 1} failed and no re-plan is left: {failed.reason}"
+                return [*out, failed, *_finish_failed(state, "plan", why)]
+            return [*out, failed, _request(state, turn.index + 1, delivers, [plan.TOOL])]
         if len(state.turns) >= max_steps(state):
             return out + _finish_failed(
                 state, "max_steps", f"stopped after {len(state.turns)} steps"
             )
-        return [*out, _request(state, turn.index + 1, [m.id for m in steer])]
+        opened = plan.opening(state) if plan.planning(state, agent_of(state)) else None
+        tools = plan.tools_for(state, agent_of(state), opened)
+        return [
+            *out,
+            *([opened] if opened else []),
+            _request(state, turn.index + 1, delivers, tools),
+        ]
     follow = _cleared(state, "follow_up") + steer
     if state.waiting_for_verdict("reply", turn.response.id):
         return []  # the guardrails read the answer before anyone else does
@@ -211,13 +243,18 @@ def _decide(
         return reply  # a queued message waits for its verdict before it is delivered
     if follow and len(state.turns) < max_steps(state):
         return [*reply, _request(state, turn.index + 1, [m.id for m in follow])]
-    return _finish_completed(state, answer, reply)
+    stepped = _step_answered(state, turn, answer)
+    if stepped and not isinstance(stepped[-1], PlanStepCompleted):
+        return stepped  # the plan goes on with its next step
+    return _finish_completed(state, answer, [*stepped, *reply])
 
 
 def needs_route(task: TaskSubmitted) -> bool:
     """A top-level task that names no agent (``agent`` left at ``default``), not a command."""
-    return task.parent_run_id is None and task.agent == "default" and not (
-        task.text.strip().startswith("/")
+    return (
+        task.parent_run_id is None
+        and task.agent == "default"
+        and not (task.text.strip().startswith("/"))
     )
 
 
@@ -230,14 +267,41 @@ def agent_of(state: RunState) -> str:
     return state.task.agent if state.task is not None else "default"
 
 
-def _request(state: RunState, turn: int, delivers: list[str]) -> LlmRequested:
+def _request(
+    state: RunState, turn: int, delivers: list[str], tools: list[str] | None = None
+) -> LlmRequested:
+    """The model call of ``turn``; ``tools``: what it may call (default: the run's own, a
+    planning agent's narrowed to its plan, ``plan.tools_for``)."""
     assert state.task is not None
     return LlmRequested(
         turn=turn,
         delivers=delivers,
-        tools=enabled_tools(agent_of(state), state.task.tools),
+        tools=tools if tools is not None else plan.tools_for(state, agent_of(state)),
         step_id=f"{state.run_id}.{turn}",
     )
+
+
+def _step_answered(state: RunState, turn: TurnState, answer: str) -> list[Event]:
+    """A planning run's answer that ends a step which is not the plan's last: the step's end
+    and the next step's start with its model call (or, decided again between the two, what
+    is missing); the last step's end alone when it ends the plan. Empty otherwise: the answer
+    is the run's reply."""
+    if not plan.planning(state, agent_of(state)) or state.plan is None:
+        return []
+    done = plan.step_done(state, turn, answer)
+    if done is not None:
+        following = plan.next_step(state.plan, done.index + 1)
+        if following is None:
+            return [done]  # the last step: its answer is the run's reply
+        tools = plan.tools_for(state, agent_of(state), following)
+        return [done, following, _request(state, turn.index + 1, [], tools)]
+    opened = plan.opening(state) if turn.index in state.turn_steps else None
+    if opened is None:
+        return []
+    return [
+        opened,
+        _request(state, turn.index + 1, [], plan.tools_for(state, agent_of(state), opened)),
+    ]
 
 
 def _finish_completed(state: RunState, answer: str, reply: list[Event]) -> list[Event]:
@@ -250,7 +314,9 @@ def _finish_completed(state: RunState, answer: str, reply: list[Event]) -> list[
 
 
 def _finish_failed(
-    state: RunState, kind: Literal["llm", "timeout", "max_steps", "budget"], reason: str
+    state: RunState,
+    kind: Literal["llm", "timeout", "max_steps", "budget", "agent", "plan"],
+    reason: str,
 ) -> list[Event]:
     return [
         RunFailed(kind=kind, reason=reason),

@@ -34,6 +34,8 @@ from nanocrab.bus.replay import read
 from nanocrab.bus.runtime import append_chained, append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
+    AgentLogged,
+    AgentMetric,
     AlertRaised,
     BusDeadLettered,
     BusMalformed,
@@ -81,8 +83,9 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
 )
 
-NOT_DECIDING: tuple[type[Event], ...] = (AlertRaised,)
-"""Run events no decision depends on (an alert is for people; its verdict is what decides)."""
+NOT_DECIDING: tuple[type[Event], ...] = (AlertRaised, AgentLogged, AgentMetric)
+"""Run events no decision depends on (an alert is for people; its verdict is what decides; a
+Python agent's log lines and metrics are for people and dashboards)."""
 
 
 class Orchestrator:

@@ -37,4 +37,4 @@ class SpawnTool:
         return ToolResult.error("internal", "spawn is run by the orchestrator, not the executor")
 
 
-NATIVE_TOOLS = frozenset({"spawn"})
+NATIVE_TOOLS = frozenset({"spawn", "plan"})  # run by the orchestrator (plan.py: the plan tool)

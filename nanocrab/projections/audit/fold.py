@@ -15,6 +15,8 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
     Event,
     GrantDenied,
     GrantIssued,
@@ -26,7 +28,7 @@ from nanocrab.events import (
     ToolSkipped,
     ToolStarted,
 )
-from nanocrab.projections.audit.budgets import audit_budgets, budget_row
+from nanocrab.projections.audit.budgets import audit_budgets, budget_answer, budget_row
 from nanocrab.projections.audit.rows import (
     Key,
     _Answer,
@@ -109,6 +111,9 @@ class _Fold:
                 self.approvals[approval.key] = approval
         for row in await _select_keys(conn, audit_revocations, "grant_id", grant_keys):
             self.revocations[(row["run_id"], row["grant_id"])] = _from_row(row)
+        stops = {e.exceeded_id for e in events if isinstance(e, BudgetRaised | BudgetRefused)}
+        for row in await _select_in(conn, audit_budgets, "id", stops):
+            self.budgets[row["id"]] = dict(row)
 
     def _index(self, call: _Call) -> None:
         self.calls[call.key] = call
@@ -237,6 +242,7 @@ class _Fold:
             case ToolStarted():
                 c = self.call((run, e.call_id), e)
                 c.start_at = min(c.start_at or e.time, e.time)
+                c.backend = e.backend or c.backend
                 if e.grant_id:
                     self.link_grant(c, e.grant_id)
             case ToolCompleted():
@@ -261,6 +267,8 @@ class _Fold:
                 a.tier, a.rule, a.reason = e.tier, e.rule, e.reason
                 a.binding_hash, a.options = e.binding_hash or None, list(e.options)
                 a.requested_at, a.expires_at = e.time, e.expires_at
+                if e.about == "budget":
+                    return  # a run over budget asking for more: no tool call (audit_budgets)
                 c = self.call((run, e.call_id), e)
                 c.tier, c.rule = c.tier or e.tier, c.rule or e.rule
                 if not c.requested_capabilities:  # what the person is asked to allow
@@ -310,6 +318,9 @@ class _Fold:
                         self._forget_grant(c)
             case BudgetExceeded():
                 self.budgets[e.id] = budget_row(e)
+            case BudgetRaised() | BudgetRefused():
+                if (row := self.budgets.get(e.exceeded_id)) is not None:
+                    budget_answer(row, e)
             case _:
                 pass
 

@@ -62,6 +62,7 @@ class AuditRow:
     remembered: bool
     revoked: bool
     approval_run_id: str | None
+    backend: str | None = None  # the operations backend it ran on (ssh:<name>); None: local
 
     @property
     def duration_ms(self) -> float | None:

@@ -98,6 +98,7 @@ class _Call:
     grant_denied: bool = False
     remembered: bool = False
     revoked: bool = False
+    backend: str | None = None  # where it ran (tool.started.backend); None: locally
 
     @property
     def key(self) -> Key:

@@ -21,6 +21,8 @@ from nanocrab.events import (
     ApprovalGranted,
     ApprovalRequested,
     BudgetExceeded,
+    BudgetRaised,
+    BudgetRefused,
     GrantDenied,
     GrantIssued,
     GrantRevoked,
@@ -83,6 +85,7 @@ audit_invocations = Table(
     Column("grant_denied", Boolean, nullable=False),  # fact: a grant.denied was seen
     Column("remembered", Boolean, nullable=False),  # fact: granted from a session approval
     Column("revoked", Boolean, nullable=False),
+    Column("backend", String(64)),  # tool.started.backend: ssh:<name>; null: the executor's host
     # call id first: the key's index also serves a lookup by call id alone
     PrimaryKeyConstraint("call_id", "run_id"),
     Index("ix_audit_invocations_run", "run_id", "requested_at"),
@@ -155,7 +158,7 @@ audit_events = applied_events("audit")
 _AUDITED = (
     ToolRequested, GrantIssued, GrantDenied, GrantRevoked, ToolStarted, ToolCompleted, ToolSkipped,
     ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired, SecurityRejected,
-    BudgetExceeded,
+    BudgetExceeded, BudgetRaised, BudgetRefused,
 )  # fmt: skip
 
 _ERROR_RANK = {"security": 0, "revoke": 1, "approval": 2, "grant": 3, "tool": 4}

@@ -451,3 +451,35 @@ async def test_generate_enable_leaves_a_capability_whose_dependencies_are_disabl
     await project(log, sqlite_engine)
     statuses = {r.name: r.status for r in await list_capabilities(sqlite_engine)}
     assert statuses == {"word_count": "disabled", "sentence_stats": "disabled"}
+
+
+def test_the_documented_file_is_valid_and_shows_the_defaults() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "sandbox.md").read_text()
+    section = doc.split("## Capability settings, guidance and dependencies")[1]
+    text = section.split("```yaml\n")[1].split("```")[0]
+    assert parse_capability_config(text, "sandbox.md") == CapabilityConfig()
+
+
+def test_capabilities_settings_prints_the_config_in_effect(tmp_path: Path) -> None:
+    import json
+
+    from tests.test_cli import cli
+
+    home = tmp_path / "home"
+    home.mkdir()
+    default = cli(home, "capabilities", "settings", "--json")
+    assert default.returncode == 0, default.stderr
+    shown = json.loads(default.stdout)
+    assert shown["file"] is None and shown["capability_config"]["auto_enable"] is False
+    (home / "capabilities.yaml").write_text(
+        "capability_config:\n  auto_enable: true\n  forbidden_operations: [fs.write]\n"
+    )
+    pretty = cli(home, "capabilities", "settings")
+    assert pretty.returncode == 0, pretty.stderr
+    assert "permitted operations: fs.read" in pretty.stdout
+    assert "auto_enable: true" in pretty.stdout
+    (home / "capabilities.yaml").write_text("capability_config:\n  auto_enable: 3\n")
+    bad = cli(home, "capabilities", "settings")
+    assert bad.returncode == 2 and "capabilities.yaml:2: capability_config.auto_enable" in " ".join(
+        bad.stderr.split()
+    )

@@ -1,7 +1,8 @@
 """Host file tools on a tree that changes under them: a symlink swapped in after the tool checked
 the path (by a concurrent process or a parallel call) is never followed out of the workspace.
 
-Three kinds of test: a hook planting the link right after ``resolve_in_workspace`` returned, for
+Three kinds of test: a hook planting the link right after ``resolve_in_workspace`` (which
+the local backend's ``resolve`` calls for every tool) returned, for
 every file tool (deterministic); the same hook planting links that stay inside, which still work;
 and a race harness where a thread swaps a directory and a file for links to an outside secret in
 a tight loop while the tools run many times. The outside tree must never reach a result and
@@ -28,14 +29,9 @@ from nanocrab.tools import (
     ToolRegistry,
     ToolResult,
     default_tools,
-    edit,
-    globbing,
-    grep,
-    listing,
     paths,
-    read,
-    write,
 )
+from nanocrab.tools import ops as ops_module
 from nanocrab.tools.paths import PathEscape
 from tests.test_tools_support import make_ctx
 
@@ -116,8 +112,8 @@ def plant_after_resolve(monkeypatch: pytest.MonkeyPatch, plant: Callable[[], Non
         resolved.append(answer)
         return answer
 
-    for module in (read, write, edit, listing, globbing, grep):
-        monkeypatch.setattr(module, "resolve_in_workspace", hooked)
+    # every file tool resolves its path through the backend (LocalOperations.resolve)
+    monkeypatch.setattr(ops_module, "resolve_in_workspace", hooked)
     return resolved
 
 

@@ -10,6 +10,7 @@ nats-server >= 2.11).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -30,12 +31,16 @@ from nanocrab.bus.subjects import Subjects
 from nanocrab.bus.tracing import context_from, current_traceparent, new_traceparent
 from nanocrab.events import Codec, Event, EventDecodeError
 
+_log = logging.getLogger(__name__)
+
 # JetStream error codes for a failed expected-sequence check.
 _CONFLICT_CODES = {10071, 10164}
 H_MSG_ID = "Nats-Msg-Id"
 H_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 H_EXPECTED_SCOPE = "Nats-Expected-Last-Subject-Sequence-Subject"
 H_TTL = "Nats-TTL"
+_UNMOVED_RETRIES_S = (0.01, 0.05, 0.2, 0.5)
+"""Pauses between tries of an expected-sequence append refused on a scope that has not moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,23 +205,38 @@ class EventLog:
     async def append(self, event: Event, *, expect: Expect | None = None) -> Appended:
         """Append one event and wait for JetStream's acknowledgement.
 
-        Raises :class:`AppendConflict` (nothing stored) when ``expect`` does not hold.
+        Raises :class:`AppendConflict` (nothing stored) when ``expect`` does not hold: the log
+        has moved past ``expect.seq`` on its scope. A refusal while it has not is retried here
+        (briefly), then raised as a :class:`BusError` for the caller to retry later.
         """
         event, subject, payload, headers = self.prepare(event)
         if expect is not None:
             headers[H_EXPECTED_SEQ] = str(expect.seq)
             if expect.scope is not None:
                 headers[H_EXPECTED_SCOPE] = expect.scope
-        (ack,) = await self._publish([(subject, payload, headers)], what=f"{event.type} {event.id}")
-        if ack.error is not None:
-            if ack.error.err_code in _CONFLICT_CODES and expect is not None:
-                scope = expect.scope or subject
-                earlier = await self._find_by_id(event.id, scope, after=expect.seq)
-                if earlier is not None:
-                    return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
+        what = f"{event.type} {event.id}"
+        for pause in (*_UNMOVED_RETRIES_S, None):
+            (ack,) = await self._publish([(subject, payload, headers)], what=what)
+            if ack.error is None:
+                return Appended(event.id, subject, ack.stream, ack.seq, ack.duplicate)
+            if ack.error.err_code not in _CONFLICT_CODES or expect is None:
+                raise _rejected(event, subject, ack)
+            scope = expect.scope or subject
+            earlier = await self._find_by_id(event.id, scope, after=expect.seq)
+            if earlier is not None:
+                return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
+            if await self.last_seq(scope) != expect.seq:
                 raise AppendConflict(scope, expect.seq, _describe(ack.error))
-            raise _rejected(event, subject, ack)
-        return Appended(event.id, subject, ack.stream, ack.seq, ack.duplicate)
+            # Refused, yet nothing was stored on the scope since: a replicated stream's leader
+            # refuses an expectation on a scope while another one on it is still being applied
+            # ("last sequence by subject mismatch", err_code 10164), for a moment after that
+            # one was acknowledged. Not a conflict: the append is tried again.
+            _log.warning("%s refused on %s, which has not moved past %d: %s", what, scope,
+                         expect.seq, _describe(ack.error))  # fmt: skip
+            if pause is not None:
+                await asyncio.sleep(pause)
+        raise BusError(f"{what}: refused again and again though the log has not moved past the "
+                       "expected sequence; to be retried")  # fmt: skip
 
     async def append_nowait(self, event: Event) -> None:
         """Publish without waiting for JetStream's acknowledgement.

@@ -376,6 +376,33 @@ def remove(
     console.print(f"[red]removed[/] {name}")
 
 
+# --- settings ---------------------------------------------------------------------------------
+
+
+@capabilities_app.command("settings")
+def settings_(json_: JsonOpt = False) -> None:
+    """Check capabilities.yaml and print the capability_config in effect (defaults where the
+    file is silent, or with no file): exit 2 with the file:line of a problem."""
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from nanocrab.capabilities.config import capabilities_file
+    from nanocrab.cli.render import print_json
+
+    config = config_or_exit()
+    home = settings_or_exit().home
+    path = capabilities_file(Path(os.environ.get("NANOCRAB_CONFIG_DIR") or home), os.environ)
+    data = config.model_dump(mode="json")
+    if json_:
+        print_json(console, {"file": str(path) if path else None, "capability_config": data})
+        return
+    console.print(f"file: {path or 'none (the defaults)'}", highlight=False)
+    console.print(f"permitted operations: {', '.join(sorted(config.permitted)) or 'none'}")
+    console.print(yaml.safe_dump({"capability_config": data}, sort_keys=False), markup=False)
+
+
 # --- invoke -----------------------------------------------------------------------------------
 
 

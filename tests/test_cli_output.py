@@ -81,3 +81,28 @@ def test_spans_are_written_as_json_lines() -> None:
     assert [s["name"] for s in spans] == ["inner", "outer"]
     assert spans[1]["attributes"]["note"] == "two\nlines"
     assert spans[0]["parent_id"] == spans[1]["context"]["span_id"]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("agents.yaml", "agents:\n  - name: x\n    bogus: 1\n", "agents.yaml:2"),
+        ("capabilities.yaml", "version: 1\ncapability_config:\n  bogus: 1\n",
+         "capabilities.yaml:3"),
+        ("guardrails.yaml", "version: 1\nfilters: [{id: a, detector: nope}]\n",
+         "guardrails.yaml:2"),
+    ],
+)  # fmt: skip
+def test_a_broken_configuration_file_is_one_line_with_file_and_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str, where: str
+) -> None:
+    """Not a traceback: what is wrong, where, and exit code 2 (before anything starts)."""
+    from nanocrab.cli.app import app
+
+    (tmp_path / name).write_text(text)
+    monkeypatch.setenv("NANOCRAB_HOME", str(tmp_path))
+    monkeypatch.delenv("NANOCRAB_CONFIG_DIR", raising=False)
+    result = CliRunner().invoke(app, ["run", "hello", "--workspace", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "configuration error:" in result.output and where in result.output
+    assert "Traceback" not in result.output

@@ -385,3 +385,69 @@ async def test_an_agent_with_the_ssh_backend_works_in_the_remote_workspace(
     assert (local_row.tool, local_row.status, local_row.backend) == ("write", "completed", None)
     for backend in setup.by_agent.values():
         await backend.close()
+
+
+async def test_tool_paths_resolve_on_the_remote_tree(remote: Any) -> None:
+    from nanocrab.tools import ToolError
+
+    ops, root, ws, outside = remote
+    (root / "real").mkdir()
+    (root / "alias").symlink_to("real")
+    (root / "out").symlink_to(outside)
+    assert await ops.resolve(ws, "alias/new/file.txt") == ws / "real" / "new" / "file.txt"
+    assert await ops.resolve(ws, "missing/../alias") == ws / "real"
+    assert await ops.resolve(ws, f"{root}/alias") == ws / "real"  # spelled from the remote root
+    assert await ops.resolve(ws, str(ws / "x")) == ws / "x"
+    for bad in ("out/secret.txt", "..", "real/../../x", "/etc/passwd", f"{root}/../outside"):
+        with pytest.raises(ToolError) as refused:
+            await ops.resolve(ws, bad)
+        assert refused.value.kind == "path_escape", bad
+
+
+def test_backends_yaml_is_validated(tmp_path: Path) -> None:
+    from nanocrab.backends import BackendsError, backends_setup
+
+    config = tmp_path / "backends.yaml"
+    ssh = "type: ssh, host: h, user: u, workspace: /w"
+    for text, says in [
+        (f"version: 1\nbackends: {{box: {{{ssh}, key: k}}}}\nagents: {{coder: other}}\n",
+         "names backend 'other'"),
+        (f"version: 1\nbackends: {{box: {{{ssh}, key: k, extra: 1}}}}\n", "extra"),
+        ("version: 1\nbackends: {box: {type: ssh, host: h, user: u, key: k, workspace: w}}\n",
+         "absolute"),
+    ]:  # fmt: skip
+        config.write_text(text)
+        with pytest.raises(BackendsError, match=says) as bad:
+            backends_setup(tmp_path, {})
+        assert str(config) in str(bad.value)
+    assert backends_setup(tmp_path, {"NANOCRAB_BACKENDS": "none"}).by_agent == {}
+
+
+async def test_an_unreachable_host_fails_the_call(tmp_path: Path) -> None:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    from tests.ssh_rig import _free_port
+
+    ops = SshOperations(SshTarget(host="127.0.0.1", port=_free_port(), user="nobody",
+                                  root="/srv/ws", key=lambda: key))  # fmt: skip
+    ws = tmp_path / "ws"
+    result = await ToolRegistry(default_tools()).invoke("read", {"path": "a.txt"}, _ctx(ops, ws))
+    assert result.is_error and result.error_kind == "unavailable"
+    assert "127.0.0.1" in result.content[0].text  # type: ignore[union-attr]
+    result = await ToolRegistry(default_tools()).invoke(
+        "exec", {"command": "true"}, _ctx(ops, ws, confinement=Confinement(tier="guarded"))
+    )
+    assert result.is_error and result.error_kind == "failed"
+
+
+async def test_more_commands_at_once_than_the_server_has_sessions(remote: Any) -> None:
+    """sshd allows 10 sessions per connection (MaxSessions); 14 calls at once all run."""
+    ops, _, ws, _ = remote
+
+    async def run(i: int) -> bytes:
+        outcome = await ops.run_process(f"echo {i}", cwd=ws, timeout_s=30,
+                                        cancel=asyncio.Event(), on_output=Recorder())  # fmt: skip
+        assert outcome.exit_code == 0
+        return outcome.output
+
+    outputs = await asyncio.gather(*(run(i) for i in range(14)))
+    assert outputs == [f"{i}\n".encode() for i in range(14)]

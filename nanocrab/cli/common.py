@@ -150,4 +150,15 @@ def _refusal(exc: Exception) -> tuple[str, int] | None:
     for kind, label, code in kinds:
         if isinstance(exc, kind):
             return label, code
+    if type(exc).__name__ in CONFIG_ERRORS:
+        return "configuration error", 2
     return None
+
+
+CONFIG_ERRORS = frozenset({
+    "AgentsError", "GuardrailsError", "McpConfigError", "ConnectorConfigError",
+    "CapabilityConfigError", "HookConfigError", "CredentialError",
+})  # fmt: skip
+"""The configuration files' errors (agents.yaml, guardrails.yaml, mcp.yaml, connectors.yaml,
+capabilities.yaml, hooks.yaml, credentials): each message names file and line; matched by name
+so that reporting one does not import every layer that defines them."""

@@ -1,14 +1,15 @@
-"""The operations backend tools run on: files and processes, local now, remote later.
+"""The operations backend tools run on: files and processes, here or on a remote host.
 
 Tools never touch ``os`` directly; they call an :class:`Operations` taken from the context, so the
-same tool code can work on a container or a remote host. Paths given to a backend are already
-resolved and confined to the workspace (see :mod:`nanocrab.tools.paths`), and every file method
-takes that ``workspace`` too: the backend enforces the confinement again *when it opens the path*,
-so a symlink swapped in after the tool's check (by a concurrent process or a parallel call) is
-not followed out of it. Backends report file failures as the ``OSError`` subclasses the ``os``
-module uses (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``,
-``PermissionError``; a path leading out of the workspace is the ``PermissionError`` subclass
-:class:`~nanocrab.tools.paths.PathEscape`); tools translate them.
+same tool code can work on a container or a remote host (:mod:`nanocrab.tools.ssh`). A tool
+turns its argument into a path with the backend's :meth:`Operations.resolve`, so paths given to
+a backend are already resolved and confined to the workspace (see :mod:`nanocrab.tools.paths`),
+and every file method takes that ``workspace`` too: the backend enforces the confinement again
+*when it opens the path*, so a symlink swapped in after the tool's check (by a concurrent
+process or a parallel call) is not followed out of it. Backends report file failures as the
+``OSError`` subclasses the ``os`` module uses (``FileNotFoundError``, ``IsADirectoryError``,
+``NotADirectoryError``, ``PermissionError``; a path leading out of the workspace is the
+``PermissionError`` subclass :class:`~nanocrab.tools.paths.PathEscape`); tools translate them.
 """
 
 from __future__ import annotations

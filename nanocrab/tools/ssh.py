@@ -6,7 +6,8 @@ policy, the model and the audit name it (a path on the executor's host) is *mapp
 ``<workspace>/src/a.py`` is ``<root>/src/a.py`` there, so a call's arguments, details and
 audit row read the same on either backend.
 
-Confinement is the local backend's, done over SFTP (which has no ``openat``): every path is
+Confinement is the local backend's, done over SFTP (which has no ``openat``). A tool's first
+check (:meth:`SshOperations.resolve`) resolves its argument on the remote tree; then every path is
 resolved from ``root`` one component at a time with ``lstat``; a symlink met on the way is read
 (``readlink``) and its target spliced into the walk, ``..`` climbs only the components already
 walked, an absolute target must name a place under ``root``, at most
@@ -65,7 +66,10 @@ Stream = Literal["stdout", "stderr"]
 _PID_MARKER = b"nanocrab-pid "
 _NEW_FILE_MODE = 0o644
 _DIR_MODE = 0o755
-_LOST = (asyncssh.DisconnectError, asyncssh.ChannelOpenError, ConnectionError, BrokenPipeError)
+_LOST = (asyncssh.DisconnectError, ConnectionError, BrokenPipeError)
+# OpenSSH's default MaxSessions is 10 channels per connection: one is the SFTP session, one is
+# kept for the kill of a command that times out, the rest run commands (more wait their turn)
+_COMMAND_CHANNELS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,7 @@ class SshOperations:
         self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._roots: tuple[str, ...] = ()  # the root as configured and its real path there
+        self._channels = asyncio.Semaphore(_COMMAND_CHANNELS)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -162,7 +167,7 @@ class SshOperations:
                     t.host, port=t.port, username=t.user, client_keys=[key],
                     known_hosts=known, agent_path=None, password=None,
                     kbdint_auth=False, gss_auth=False, host_based_auth=False,
-                    connect_timeout=t.connect_timeout_s, config=None,
+                    connect_timeout=t.connect_timeout_s, config=None, keepalive_interval=30,
                 )  # fmt: skip
             except (OSError, asyncssh.Error) as exc:
                 raise ConnectionError(errno.ECONNREFUSED, f"ssh {where}: {exc}") from exc
@@ -220,6 +225,12 @@ class SshOperations:
         names: list[asyncssh.SFTPName] = await self._sftp_call(shown, lambda s: s.readdir(path))
         return names
 
+    async def _exists(self, shown: str, path: str) -> asyncssh.SFTPAttrs | None:
+        try:
+            return await self._lstat(shown, path)
+        except FileNotFoundError:
+            return None
+
     async def _mkdir(self, shown: str, path: str) -> None:
         attrs = asyncssh.SFTPAttrs(permissions=_DIR_MODE)
         await self._sftp_call(shown, lambda s: s.mkdir(path, attrs))
@@ -270,8 +281,12 @@ class SshOperations:
                     return here, None
                 if not make_dirs:
                     raise
-                with contextlib.suppress(OSError):  # made concurrently: looked at again below
+                try:
                     await self._mkdir(given, here)
+                except OSError:
+                    # made concurrently (then it is there now), or it cannot be made
+                    if await self._exists(given, here) is None:
+                        raise
                 pending.append(name)
                 continue
             mode = _mode(attrs)
@@ -543,6 +558,18 @@ class SshOperations:
             return ProcessOutcome(
                 exit_code=None, timed_out=False, aborted=True, duration_ms=0.0, output=b""
             )
+        async with self._channels:
+            return await self._command(command, timeout_s, cancel, on_output, env, started)
+
+    async def _command(
+        self,
+        command: str,
+        timeout_s: float,
+        cancel: asyncio.Event,
+        on_output: OutputSink,
+        env: dict[str, str] | None,
+        started: float,
+    ) -> ProcessOutcome:
         conn, _ = await self._connect()
         root = self._roots[1]
         channel = _Channel(self.max_output_bytes)
@@ -550,6 +577,8 @@ class SshOperations:
             chan, _ = await conn.create_session(
                 lambda: channel, _wrapper(command, root, env), encoding=None
             )
+        except asyncssh.ChannelOpenError as exc:  # refused by the server; the connection is fine
+            raise OSError(errno.EAGAIN, f"ssh: the server refused a channel: {exc}") from exc
         except _LOST as exc:
             await self.close()
             raise ConnectionResetError(errno.ECONNRESET, f"ssh: {exc}") from exc

@@ -32,7 +32,6 @@ from _common import machine, pct, summary_ms
 
 from nanocrab.bus.tracing import configure_tracing
 
-
 TASK_TEXT = "what is in notes.txt?"
 TEXTS = [
     f"{verb} notes.txt{tail}"

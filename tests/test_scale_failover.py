@@ -3,10 +3,12 @@
 A three-node NATS cluster with R3 streams, PostgreSQL, two ``nanocrab handler`` processes of
 each agent-loop handler (every host holding only its own seed) and one projector. While runs are
 in flight: ``kill -9`` the log stream's leader node, then one instance of each handler, then the
-projector (started again afterwards). Every run must complete, no tool call may start twice (the
-executor's interrupted-call rule holds across instances: a redelivered ``tool.requested`` whose
-``tool.started`` is in the log is never run again), the projections must equal a fresh rebuild,
-and ``nanocrab status`` must show the cluster's health during the outage and after.
+projector (started again afterwards). Every run must complete, nothing may be dead-lettered (a
+read or an append the outage failed is retried, tests/test_runtime_bus_failures.py), no tool
+call may start twice (the executor's interrupted-call rule holds across instances: a redelivered
+``tool.requested`` whose ``tool.started`` is in the log is never run again), the projections must
+equal a fresh rebuild, and ``nanocrab status`` must show the cluster's health during the outage
+and after.
 
 NANOCRAB_FAILOVER_RUNS runs (default the issue's 200: about a minute on a 2-core machine).
 """

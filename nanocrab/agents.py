@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,24 +62,79 @@ EXPLORER = AgentProfile(
 )
 
 PROFILES: dict[str, AgentProfile] = {p.name: p for p in (DEFAULT, EXPLORER)}
+"""The start-up profiles of this process (its ``agents.yaml``, installed once by
+:func:`nanocrab.routing.install_profiles`): runs pinned to no configuration version use them."""
+
+BUILTIN: dict[str, AgentProfile] = dict(PROFILES)
+"""The built-in profiles: what a configuration version's ``agents.yaml`` is applied to."""
+
+ProfileBuilder = Callable[[Mapping[str, AgentProfile]], Mapping[str, AgentProfile]]
+"""Builds a version's profile table from the built-in ones (``nanocrab.routing.agent_profiles``
+with the version's agents)."""
+
+_extra_tools: list[str] = []  # add_default_tools: the default profile's tools after its own
+_builders: dict[str, ProfileBuilder] = {}
+_tables: dict[str, Mapping[str, AgentProfile]] = {}
 
 
-def profile(name: str) -> AgentProfile:
-    """The named profile; unknown names fall back to ``default`` (the router may name others)."""
-    return PROFILES.get(name) or PROFILES.get("default", DEFAULT)
+def register_profiles(version: str, build: ProfileBuilder) -> None:
+    """Make configuration version ``version``'s profiles known (the config view does, when it
+    loads a version whose ``agents.yaml`` it holds); built on first use. Versions are content
+    hashes: registering one again changes nothing."""
+    if version and version not in _builders:
+        _builders[version] = build
+
+
+def base_profiles() -> dict[str, AgentProfile]:
+    """The built-in profiles, the default one with this process's extra tools
+    (:func:`add_default_tools`): what a version's agents are built on."""
+    base = dict(BUILTIN)
+    default = base.get("default", DEFAULT)
+    extra = tuple(n for n in _extra_tools if n not in default.tools)
+    if extra:
+        base["default"] = default.model_copy(update={"tools": (*default.tools, *extra)})
+    return base
+
+
+def profiles_for(version: str | None) -> Mapping[str, AgentProfile]:
+    """The profile table of configuration version ``version`` (a run's ``run.started.config``):
+    its ``agents.yaml`` on top of the built-in profiles. ``None``, ``""`` (the start-up
+    configuration) or a version this process has not registered: the start-up profiles."""
+    if not version:
+        return PROFILES
+    table = _tables.get(version)
+    if table is None:
+        build = _builders.get(version)
+        if build is None:
+            return PROFILES
+        table = _tables[version] = build(base_profiles())
+    return table
+
+
+def profile(name: str, version: str | None = None) -> AgentProfile:
+    """The named profile as configuration version ``version`` has it (:func:`profiles_for`); a
+    name the version does not declare keeps this process's start-up profile, and unknown names
+    fall back to ``default`` (the router may name others)."""
+    table = profiles_for(version)
+    found = table.get(name) or PROFILES.get(name)
+    return found or table.get("default") or PROFILES.get("default", DEFAULT)
 
 
 def add_default_tools(names: Sequence[str]) -> None:
-    """Give the ``default`` profile (this process) more tools, after its own: the tools of the
-    MCP servers of ``mcp.yaml``. Other profiles get them by naming them (agents.yaml)."""
+    """Give the ``default`` profile (this process, and every configuration version's) more
+    tools, after its own: the tools of the MCP servers of ``mcp.yaml``. Other profiles get them
+    by naming them (agents.yaml)."""
     base = PROFILES.get("default", DEFAULT)
     extra = tuple(n for n in names if n not in base.tools)
     PROFILES["default"] = base.model_copy(update={"tools": (*base.tools, *extra)})
+    _extra_tools.extend(n for n in names if n not in _extra_tools)
+    _tables.clear()  # built again with them
 
 
-def enabled_tools(agent: str, requested: list[str] | None) -> list[str]:
-    """The profile's tools, narrowed (never widened) by the task's own list, in profile order."""
-    tools = profile(agent).tools
+def enabled_tools(agent: str, requested: list[str] | None, version: str | None = None) -> list[str]:
+    """The profile's tools (as configuration version ``version`` has them), narrowed (never
+    widened) by the task's own list, in profile order."""
+    tools = profile(agent, version).tools
     if requested is None:
         return list(tools)
     allowed = set(requested)

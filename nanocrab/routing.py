@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nanocrab.agents import ModelChoice
+from nanocrab.agents import AgentProfile, ModelChoice
 from nanocrab.yamlfile import parse_model
 
 if TYPE_CHECKING:
@@ -219,20 +219,22 @@ def agents_file(home: Path, environ: Mapping[str, str]) -> Path | None:
     return path if path.is_file() else None
 
 
-def install_profiles(config: AgentsConfig, *, only_new: bool = False) -> None:
-    """Make the declared agents known to :func:`nanocrab.agents.profile` (this process): an
-    agent named like a built-in profile keeps its prompt and limits, with the declared tools
-    and skills when given; another one gets the default prompt with its description.
-    ``only_new``: add the agents no profile names yet, change none (a configuration version
-    activated later: runs in flight keep their agents' profiles)."""
-    from nanocrab.agents import DEFAULT, PROFILES, AgentProfile
+def agent_profiles(
+    config: AgentsConfig, base: Mapping[str, AgentProfile], *, only_new: bool = False
+) -> dict[str, AgentProfile]:
+    """``base`` with the declared agents' profiles (pure): an agent named like a profile of
+    ``base`` keeps its prompt and limits, with the declared tools, skills, models and planner
+    flag when given; another one gets the default prompt with its description. ``only_new``:
+    add the agents ``base`` does not name yet, change none."""
+    from nanocrab.agents import DEFAULT
 
+    profiles = dict(base)
     for spec in config.agents:
-        if only_new and spec.name in PROFILES:
+        if only_new and spec.name in base:
             continue
-        base = PROFILES.get(spec.name)
-        if base is None:
-            base = AgentProfile(
+        prof = base.get(spec.name)
+        if prof is None:
+            prof = AgentProfile(
                 name=spec.name, description=spec.description,
                 system_prompt=f"{DEFAULT.system_prompt}\n\nYour role: {spec.description}",
                 tools=DEFAULT.tools,
@@ -249,7 +251,18 @@ def install_profiles(config: AgentsConfig, *, only_new: bool = False) -> None:
                 m if isinstance(m, ModelChoice) else ModelChoice(model=m) for m in spec.models
             )
         if spec.planner:  # its first model call offers the plan tool (orchestrator/plan.py)
-            tools: tuple[str, ...] = spec.tools if spec.tools is not None else base.tools
+            tools: tuple[str, ...] = spec.tools if spec.tools is not None else prof.tools
             updates["planner"] = True
             updates["tools"] = tools if "plan" in tools else (*tools, "plan")
-        PROFILES[spec.name] = base.model_copy(update=updates)
+        profiles[spec.name] = prof.model_copy(update=updates)
+    return profiles
+
+
+def install_profiles(config: AgentsConfig, *, only_new: bool = False) -> None:
+    """Make the declared agents known to :func:`nanocrab.agents.profile` for runs pinned to no
+    configuration version (this process's start-up profiles, :func:`agent_profiles` on them).
+    ``only_new``: add the agents no profile names yet, change none. A configuration version
+    has its own table (:func:`nanocrab.agents.profiles_for`)."""
+    from nanocrab.agents import PROFILES
+
+    PROFILES.update(agent_profiles(config, PROFILES, only_new=only_new))

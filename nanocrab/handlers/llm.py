@@ -282,7 +282,7 @@ class LlmHandler:
         if state.started is None:
             return ()
         with pinned(state.started.config):
-            return profile(state.started.agent).models
+            return profile(state.started.agent, state.started.config).models
 
     async def _call(
         self,
@@ -365,9 +365,10 @@ class LlmHandler:
                 skills=self.skills,
                 agent=agent,
                 recalled=state.recalled,
+                config=state.config,
             )
             # the run's agent's model (agents.yaml ``model``), else the handler's default
-            agent_model = profile(agent).model if agent is not None else None
+            agent_model = profile(agent, state.config).model if agent is not None else None
         return ModelRequest(
             system=system,
             messages=conversation.messages(state, history),

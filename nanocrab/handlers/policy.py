@@ -240,7 +240,7 @@ class PolicyHandler:
             return [_deny(event.call_id, event.tool, decision.reason, rule=decision.rule)]
         # the run's agent as started: a routed run's is the router's choice (route.decided)
         agent = state.started.agent if state.started is not None else state.task.agent
-        allowed = enabled_tools(agent, state.task.tools)
+        allowed = enabled_tools(agent, state.task.tools, state.config)  # its version's
         if event.tool not in allowed:
             reason = (
                 f"tool {event.tool!r} is not enabled for this run (enabled: {', '.join(allowed)})"

@@ -20,10 +20,12 @@ def system_prompt(
     skills: SkillLibrary | None,
     agent: str | None = None,
     recalled: MemoryRecalled | None = None,
+    config: str | None = None,
 ) -> str:
     """``agent``: the run's agent as started (routed), else the task's; ``recalled``: similar
-    earlier work the router found (``memory.recalled``), listed for the model."""
-    prof = profile(agent or task.agent)
+    earlier work the router found (``memory.recalled``), listed for the model; ``config``: the
+    run's configuration version, whose agent profile gives the prompt (``None``: start-up)."""
+    prof = profile(agent or task.agent, config)
     parts = [
         prof.system_prompt,
         f"Workspace: {workspace}\nPaths are relative to it; nothing outside it is reachable.",

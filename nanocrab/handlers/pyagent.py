@@ -125,7 +125,7 @@ class PyAgentHandler:
         async def ended() -> bool:  # a cancel waits behind this turn: look for it meanwhile
             return (await self.loader.state(run_id)).terminal
 
-        timeout = profile(agent.spec.name).timeout_s
+        timeout = profile(agent.spec.name, state.started.config).timeout_s
         outcome = await session.next(event.turn, timeout, ended=ended)
         if isinstance(outcome, Gone):
             self.sessions.pop(run_id, None)

@@ -170,10 +170,20 @@ class RunState:
     events: list[Event] = field(default_factory=list)
     seq: int = 0  # stream sequence of the last folded event
     task_seq: int = 0  # stream sequence of the task.submitted
+    # the configuration version the orchestrator is about to pin in the run's run.started (set
+    # before it decides the start, so the start follows that version's agent profile): a local
+    # fact, not folded from the log
+    pinning: str | None = None
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def config(self) -> str | None:
+        """The run's configuration version: pinned in ``run.started.config``, else the one it
+        is about to be pinned to (:attr:`pinning`); ``None``/``""``: the start-up one."""
+        return self.started.config if self.started is not None else self.pinning
 
     @property
     def current(self) -> TurnState | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ from pathlib import Path
 import msgspec
 import nats.errors
 
+from nanocrab.agents import register_profiles
 from nanocrab.bus import EventLog
 from nanocrab.bus.direct import DirectReader
 from nanocrab.bus.errors import BusError, TransientError
@@ -47,7 +49,7 @@ from nanocrab.events import (
 from nanocrab.events.system import SWITCH_SUBJECT_ID
 from nanocrab.reload.loaded import BaseConfig, LoadedConfig, load_config
 from nanocrab.reload.snapshot import Snapshot
-from nanocrab.routing import install_profiles
+from nanocrab.routing import agent_profiles, install_profiles
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +314,10 @@ class ConfigView:
 
 
 def _new_agents(loaded: LoadedConfig) -> None:
-    """Agents a version declares that this process has no profile for yet become known (a
-    Python agent added by a reload is routed to and started as itself, not as ``default``);
-    existing profiles are left as they are."""
+    """The version's agent profiles become known: its own table, for the runs pinned to it
+    (:func:`nanocrab.agents.profiles_for`); and the agents this process has no start-up
+    profile for join the start-up table (a Python agent added by a reload is routed to and
+    started as itself, not as ``default``, by what reads no version), existing ones unchanged."""
     if loaded.agents is not None:
+        register_profiles(loaded.version, functools.partial(agent_profiles, loaded.agents))
         install_profiles(loaded.agents, only_new=True)

@@ -55,13 +55,14 @@ def max_steps(state: RunState) -> int:
     assert state.task is not None
     if state.started is not None and state.started.max_steps:
         return state.started.max_steps
-    return state.task.max_steps or profile(state.task.agent).max_steps
+    return state.task.max_steps or profile(state.task.agent, state.config).max_steps
 
 
 def deadline(state: RunState) -> datetime | None:
     if state.started is None or state.task is None:
         return None
-    return state.started.time + timedelta(seconds=profile(state.started.agent).timeout_s)
+    timeout = profile(state.started.agent, state.config).timeout_s
+    return state.started.time + timedelta(seconds=timeout)
 
 
 def decide(
@@ -157,7 +158,7 @@ def _decide(
             return run_command(state)
         if routed and state.route is None and needs_route(task):
             return []  # waiting for the router
-        prof = profile(agent_of(state))
+        prof = profile(agent_of(state), state.config)  # the version it is about to pin
         return [
             RunStarted(
                 agent=prof.name,
@@ -366,8 +367,9 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
             )
         ]
     child = child_run_id(state.run_id, call.call_id)
-    mine = set(enabled_tools(agent_of(state), state.task.tools))
-    tools = [t for t in enabled_tools(args.agent, args.tools) if t in mine and t != "spawn"]
+    mine = set(enabled_tools(agent_of(state), state.task.tools, state.config))
+    offered = enabled_tools(args.agent, args.tools, state.config)
+    tools = [t for t in offered if t in mine and t != "spawn"]
     return [
         SubagentSpawned(
             child_run_id=child,

@@ -81,14 +81,15 @@ class PlanTool:
 
 def planning(state: RunState, agent: str) -> bool:
     """Whether the run follows a plan: its agent plans and it is not a subagent's run."""
-    return profile(agent).planner and state.task is not None and not state.task.parent_run_id
+    planner = profile(agent, state.config).planner
+    return planner and state.task is not None and not state.task.parent_run_id
 
 
 def tools_for(state: RunState, agent: str, opening: PlanStepStarted | None = None) -> list[str]:
     """The tools of the run's next model call: ``plan`` while a plan is wanted, the open step's
     (``opening``: the step this decision opens) within the agent's, else the agent's own."""
     assert state.task is not None
-    allowed = enabled_tools(agent, state.task.tools)
+    allowed = enabled_tools(agent, state.task.tools, state.config)
     if not planning(state, agent):
         return allowed
     step = opening or state.step

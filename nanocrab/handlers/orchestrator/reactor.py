@@ -160,7 +160,7 @@ class Orchestrator:
             if isinstance(event, RunCompleted | RunFailed):
                 self._ended(event.run_id)
             return []
-        state, reaction = await self._decide(event.run_id, event)
+        state, reaction = await self._decide(event.run_id, event, delivery.seq)
         if self.config is not None and state.status == "new":
             reaction = await self._pin(reaction, delivery.seq)
         if not state.terminal:
@@ -225,9 +225,12 @@ class Orchestrator:
             log.warning("orchestrator: rejected the task of run %s: %s", run_id, e.reason)
         return Reaction(events, expect=Expect(state.seq, self.loader.scope(run_id)))
 
-    async def _decide(self, run_id: str, event: Event | None = None) -> tuple[RunState, Reaction]:
+    async def _decide(
+        self, run_id: str, event: Event | None = None, seq: int | None = None
+    ) -> tuple[RunState, Reaction]:
         """The decision on the run as the log has it now, guarded by the run's last sequence
-        (``event``: the one being handled, pre-screened first when guardrails are on)."""
+        (``event``: the one being handled, pre-screened first when guardrails are on; ``seq``:
+        its stream sequence, which decides the version a run it starts pins)."""
         state = await self.loader.state(run_id)
         if event is not None and self.prescreen is not None:
             self.prescreen.event(state, event)
@@ -235,6 +238,17 @@ class Orchestrator:
         now = utcnow()
         budgets = await self._budgets(state)
         decision = decide(state, now, guarded=self.guarded, routed=self.routed, budgets=budgets)
+        if (
+            seq is not None
+            and self.config is not None
+            and state.started is None
+            and any(isinstance(e, RunStarted) for e in decision)
+        ):  # the start follows the agent profile of the version it pins (``_pin``)
+            version = await self.config.version_at(seq)
+            if version != (state.pinning or ""):
+                state.pinning = version
+                decision = decide(state, now, guarded=self.guarded, routed=self.routed,
+                                  budgets=budgets)  # fmt: skip
         if (
             self.usage is not None
             and budgets is not None
@@ -274,7 +288,7 @@ class Orchestrator:
                 continue  # a child's task, a parent's result
             if isinstance(e, RunStarted) and state.task is not None:
                 self.deadlines[state.run_id] = e.time + timedelta(
-                    seconds=profile(state.task.agent).timeout_s
+                    seconds=profile(e.agent, e.config).timeout_s  # as decide.deadline
                 )
             elif isinstance(e, RunCompleted | RunFailed):
                 self._ended(state.run_id)

@@ -65,6 +65,11 @@ class AgentSpec(BaseModel):
     model: str | None = None
     models: tuple[str | ModelChoice, ...] = ()  # failover, after ``model`` (llm/failover.py)
     planner: bool = False  # plans first, then runs step by step (events/plans.py)
+    # the agent's own system prompt (else: a built-in profile's, or the default's with the
+    # description as its role) and limits (else: the profile's)
+    prompt: str | None = Field(default=None, min_length=1)
+    max_steps: int | None = Field(default=None, ge=1, le=500)
+    timeout_s: float | None = Field(default=None, gt=0)
     # a Python agent: the module (a .py path relative to the directory of the agents.yaml
     # declaring it) and its class; its runs are answered by its code (nanocrab/pyagent)
     module: str | None = Field(default=None, pattern=r"\.py$")
@@ -223,8 +228,9 @@ def agent_profiles(
     config: AgentsConfig, base: Mapping[str, AgentProfile], *, only_new: bool = False
 ) -> dict[str, AgentProfile]:
     """``base`` with the declared agents' profiles (pure): an agent named like a profile of
-    ``base`` keeps its prompt and limits, with the declared tools, skills, models and planner
-    flag when given; another one gets the default prompt with its description. ``only_new``:
+    ``base`` keeps its prompt and limits, with the declared prompt, limits, tools, skills,
+    models and planner flag when given; another one gets the default prompt with its
+    description (or its declared prompt). ``only_new``:
     add the agents ``base`` does not name yet, change none."""
     from nanocrab.agents import DEFAULT
 
@@ -250,6 +256,12 @@ def agent_profiles(
             updates["models"] = tuple(
                 m if isinstance(m, ModelChoice) else ModelChoice(model=m) for m in spec.models
             )
+        if spec.prompt is not None:
+            updates["system_prompt"] = spec.prompt
+        if spec.max_steps is not None:
+            updates["max_steps"] = spec.max_steps
+        if spec.timeout_s is not None:
+            updates["timeout_s"] = spec.timeout_s
         if spec.planner:  # its first model call offers the plan tool (orchestrator/plan.py)
             tools: tuple[str, ...] = spec.tools if spec.tools is not None else prof.tools
             updates["planner"] = True

@@ -139,3 +139,20 @@ async def test_an_agents_edit_reaches_the_next_run_and_a_run_in_flight_keeps_its
     assert "Rewrites notes the first way." in model.systems[held.run_id or ""][0]
     assert all("second way" not in s for s in model.systems[held.run_id or ""])
     assert "Reviews notes the second way" in model.systems[after.run_id or ""][0]
+
+
+def test_an_agent_may_declare_its_prompt_and_limits() -> None:
+    from nanocrab.agents import PROFILES
+
+    config = parse_agents(
+        "version: 1\ndefault: reviewer\nagents:\n"
+        "  - name: reviewer\n    description: reviews diffs\n"
+        "    prompt: You review diffs and say what is wrong.\n    max_steps: 7\n    timeout_s: 60\n"
+        "  - name: explorer\n    description: looks around\n    max_steps: 3\n"
+    )
+    built = agent_profiles(config, dict(PROFILES))
+    reviewer, explorer = built["reviewer"], built["explorer"]
+    assert reviewer.system_prompt == "You review diffs and say what is wrong."
+    assert (reviewer.max_steps, reviewer.timeout_s) == (7, 60.0)
+    assert explorer.max_steps == 3, "a built-in profile's limit can be set"
+    assert explorer.system_prompt == PROFILES["explorer"].system_prompt, "its prompt kept"

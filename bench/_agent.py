@@ -66,9 +66,10 @@ ONE_TOOL_FLOW = [
 ]  # fmt: skip
 
 
-BESIDE_THE_FLOW = ("grant.revoked", "guardrail.checked", "alert.raised")
-"""Events compared apart from the one-tool flow: the policy's revocations (after the end) and the
-guardrails' verdicts (in production, where the bundled chain guards every checkpoint)."""
+BESIDE_THE_FLOW = ("grant.revoked", "guardrail.checked", "alert.raised", "memory.recalled")
+"""Events compared apart from the one-tool flow: the policy's revocations (after the end), the
+guardrails' verdicts (in production, where the bundled chain guards every checkpoint) and the
+memories recalled for the first prompt (their cost shows in llm.requested → llm.responded)."""
 
 
 def after_the_end_removed(stored: list[Stored]) -> list[Stored]:

@@ -3,8 +3,8 @@
 - recall@5 on tests/data/memory (110 past agent tasks, 62 queries written in other words, each
   labelled with the past tasks it should recall): vector search alone, BM25 (SQLite FTS5) alone,
   and both fused (reciprocal rank fusion), so "does hybrid help" is measured, not assumed;
-- embedding throughput of all-MiniLM-L6-v2 in numpy: batched texts/s, and one short text at a
-  time (p50), uncached;
+- embedding throughput of all-MiniLM-L6-v2 (onnxruntime by default, ``--backend numpy`` for the
+  fallback): batched texts/s, and one short text at a time (p50), uncached;
 - run-start recall (what a run's first model call waits for, ``projections/memory_search.py``
   ``recaller``): p50 with no episode (one query, no embedding), and over the labelled episodes
   for a new text and a repeated (cached) one; the lazy vectorising rate of the memory projection's
@@ -15,6 +15,7 @@
   with noise: brute-force search time does not depend on the data, only on its size.
 
 Usage: python bench/memory_eval.py [--sizes 10000,100000] [--pg URL | --no-pg] [--skip-search]
+                                   [--backend auto|onnx|numpy]
 """
 
 from __future__ import annotations
@@ -297,8 +298,9 @@ async def main(args: argparse.Namespace) -> None:
     print(f"machine: {machine()}; load {os.getloadavg()[0]:.2f}; "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")  # fmt: skip
     t0 = time.perf_counter()
-    model = MiniLMEmbedder()
-    print(f"model {model.model_id} (dim {model.dim}) loaded in {time.perf_counter() - t0:.2f}s")
+    model = MiniLMEmbedder(backend=args.backend)
+    print(f"model {model.model_id} (dim {model.dim}, {model.backend}) loaded in "
+          f"{time.perf_counter() - t0:.2f}s")  # fmt: skip
     tasks, queries = load()
     with tempfile.TemporaryDirectory(prefix="nanocrab-bench-memory-") as d:
         tmp = Path(d)
@@ -324,4 +326,5 @@ if __name__ == "__main__":
     parser.add_argument("--pg", help="a PostgreSQL URL (default: a scratch database on localhost)")
     parser.add_argument("--no-pg", action="store_true")
     parser.add_argument("--skip-search", action="store_true")
+    parser.add_argument("--backend", default="auto", choices=["auto", "onnx", "numpy"])
     asyncio.run(main(parser.parse_args()))

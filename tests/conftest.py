@@ -91,3 +91,17 @@ async def eventually(predicate, timeout: float = 30.0, interval: float = 0.05): 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value {value!r})")
         await asyncio.sleep(interval)
+
+
+@pytest.fixture(autouse=True)
+def _agent_profiles_restored() -> Iterator[None]:
+    """The start-up agent profiles are process state (agents.yaml, MCP tools added to the
+    default): what a test installs must not reach the next test of the same worker."""
+    from nanocrab import agents
+
+    saved, extra = dict(agents.PROFILES), list(agents._extra_tools)
+    yield
+    agents.PROFILES.clear()
+    agents.PROFILES.update(saved)
+    agents._extra_tools[:] = extra
+    agents._tables.clear()

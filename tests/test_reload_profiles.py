@@ -72,8 +72,9 @@ def test_a_version_has_its_own_profile_table_and_unknown_versions_the_startup_on
         assert agents.enabled_tools(name, ["write", "read"], "v-two-unit") == ["read"]
         assert "Other way." in agents.profile(name, "v-two-unit").system_prompt
         assert "One way." in agents.profile(name).system_prompt
-        # a name the version does not declare: the start-up profile, else its default
-        assert agents.profile("explorer", "v-two-unit") == agents.profile("explorer")
+        # a built-in name the version does not declare: the built-in profile (the version's file
+        # is the whole declaration of that version), whatever the start-up file made of it
+        assert agents.profile("explorer", "v-two-unit") == agents.BUILTIN["explorer"]
         assert agents.profile("nobody", "v-two-unit").name == "default"
     finally:
         agents.PROFILES.clear()

@@ -2,7 +2,7 @@
 
 Per message: decode → dispatch → append reactions (pipelined, deterministic ids) → ack. The ack
 comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
-redelivery whose reactions deduplicate. Pull requests stay open across fetches (``_Puller``), so
+redelivery whose reactions deduplicate. Pull requests stay open across fetches (``Puller``), so
 a delivery usually costs the ack alone. With ``concurrency`` above 1, events of different runs
 are handled side by side and those of one run in order; a reactor with ``admission`` types
 (new work) has them wait while other events are in hand or it says not to ``admit()`` yet.
@@ -34,7 +34,6 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -44,6 +43,8 @@ from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.failures import Severity, severity
 from nanocrab.bus.log import Appended, EventLog, Expect
+from nanocrab.bus.puller import CONNECTION_ERRORS as _CONNECTION_ERRORS
+from nanocrab.bus.puller import Puller
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor, handling
 from nanocrab.bus.subjects import sanitize_token
 from nanocrab.bus.tracing import HandledSpan, context_from, handler_spans
@@ -59,18 +60,6 @@ from nanocrab.events import (
 log = logging.getLogger(__name__)
 
 _PREVIEW_BYTES = 512
-# Errors that mean "the connection or server is not there right now": rebuild the subscription.
-_CONNECTION_ERRORS = (
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.NoServersError,
-    nats.errors.TimeoutError,
-    nats.errors.SlowConsumerError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.APIError,
-    BusError,
-    OSError,
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -272,7 +261,7 @@ class HandlerRuntime:
             sub = None
             try:
                 await self.ensure_consumer()
-                sub = _Puller(self.log, self.durable)
+                sub = Puller(self.log, self.durable)
                 await sub.start()
                 generation = reconnects.generation
                 while not self._stopping.is_set() and generation == reconnects.generation:
@@ -308,7 +297,7 @@ class HandlerRuntime:
                 if sub is not None:
                     await sub.close()
 
-    async def _step_admitting(self, sub: _Puller) -> None:
+    async def _step_admitting(self, sub: Puller) -> None:
         """Take one free slot and start the most urgent delivery in hand, fetching more first
         when none may start.
 
@@ -446,9 +435,7 @@ class HandlerRuntime:
             conn.cancel()
         await asyncio.sleep(0.1)
 
-    async def _fetch(
-        self, sub: _Puller, batch: int, *, expires_s: float | None = None
-    ) -> list[Msg]:
+    async def _fetch(self, sub: Puller, batch: int, *, expires_s: float | None = None) -> list[Msg]:
         """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error.
 
         A short expiry (no idle heartbeat) bounds a stalled pull, and reconnects re-create the
@@ -623,91 +610,6 @@ class HandlerRuntime:
         log.warning(
             "handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason
         )
-
-
-class _Puller:
-    """Pull requests on one durable consumer, kept outstanding from one fetch to the next.
-
-    nats-py's ``fetch`` sends a ``no_wait`` probe and then a second, waiting request on every
-    call, and forgets what it asked for: when a handler is idle that is two requests and a
-    "no messages" reply per delivery. Here a request for ``batch`` messages (expiring after
-    ``expires_s``) stays open until the server has delivered them or says it ended (a 408 when
-    it expires, with how many it did not deliver); a fetch only asks for what is not asked for
-    already, so a delivery usually costs no request at all: the ack is the only message sent.
-    A request the server never answered (a restart) is forgotten a little after its expiry.
-    """
-
-    def __init__(self, log_: EventLog, durable: str) -> None:
-        self.nc = log_.nc
-        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{log_.cfg.log_stream}.{durable}"
-        self.inbox = log_.nc.new_inbox()
-        self.msgs: deque[Msg] = deque()
-        self.wanted = 0  # requested, not delivered yet (nor reported undelivered)
-        self.expires_at = 0.0  # monotonic time by which every open request has expired
-        self._signal = asyncio.Event()
-        self._sub: Subscription | None = None
-        self._refused = False
-
-    async def start(self) -> None:
-        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        headers = msg.headers
-        status = headers.get("Status") if headers else None
-        if status is None:
-            self.wanted = max(0, self.wanted - 1)
-            self.msgs.append(msg)
-        elif status == "100":
-            return  # an idle heartbeat (none are asked for)
-        else:  # 404, 408, 409: a request ended; what it did not deliver is no longer asked for
-            pending = (headers or {}).get("Nats-Pending-Messages", "")
-            self.wanted = max(0, self.wanted - int(pending)) if pending.isdigit() else 0
-            self._refused = status == "409"
-        self._signal.set()
-
-    async def fetch(self, batch: int, expires_s: float) -> list[Msg]:
-        """Up to ``batch`` messages: those delivered already, else the first to arrive within
-        ``expires_s`` (and whatever came with it); ``[]`` when none did."""
-        now = time.monotonic()
-        if now > self.expires_at + 1.0:
-            self.wanted = 0  # every request has expired: nothing more will come of them
-        missing = batch - self.wanted - len(self.msgs)
-        if missing > 0 and self.wanted + len(self.msgs) <= batch // 2:  # refill, not top up
-            request = {"batch": missing, "expires": int(expires_s * 1e9)}
-            await self.nc.publish(self.subject, _encoder.encode(request), reply=self.inbox)
-            self.wanted += missing
-            self.expires_at = now + expires_s
-        deadline = now + expires_s + 0.1
-        while not self.msgs:
-            self._signal.clear()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return []
-            try:
-                await asyncio.wait_for(self._signal.wait(), remaining)
-            except TimeoutError:
-                return []
-            if not self.msgs and self.wanted == 0:
-                if self._refused:  # e.g. too many waiting requests: not at once again
-                    self._refused = False
-                    await asyncio.sleep(0.1)
-                return []  # the request ended empty; the caller asks again
-        out: list[Msg] = []
-        while self.msgs and len(out) < batch:
-            out.append(self.msgs.popleft())
-        return out
-
-    async def close(self) -> None:
-        """Unsubscribe; messages delivered and not taken go back to the server at once."""
-        if self._sub is not None:
-            with contextlib.suppress(*_CONNECTION_ERRORS):
-                await self._sub.unsubscribe()
-        while self.msgs:
-            with contextlib.suppress(*_CONNECTION_ERRORS):
-                await self.msgs.popleft().nak()
-
-
-_encoder = msgspec.json.Encoder()
 
 
 def _run_key(subject: str) -> str | None:

@@ -65,8 +65,11 @@ from nanocrab.events import (
     derive_event_id,
     utcnow,
 )
-from nanocrab.events.values import RiskTier
 from nanocrab.handlers import budget_approval, plan_approval
+from nanocrab.handlers.grants import deny as _deny
+from nanocrab.handlers.grants import deny_call as _deny_call
+from nanocrab.handlers.grants import raised as _raised
+from nanocrab.handlers.grants import tier_for
 from nanocrab.handlers.runloader import RunLoader, report_rejected
 from nanocrab.handlers.runstate import CallState, RunState
 from nanocrab.handlers.workspace import workspace_of
@@ -80,7 +83,6 @@ SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
 PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
 ResourcesOf = Callable[[str, Mapping[str, Any]], CallResources | None]  # connectors' resources
 CAPABILITY_TOOL = "capability"
-_TIERS = ("safe", "guarded", "unsafe", "deny")
 SESSION_CAPACITY = 4096
 """Session approvals kept in memory (most recently given first to stay)."""
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
@@ -656,50 +658,3 @@ class PolicyHandler:
                 continue
             if stored:
                 self.open.pop(approval_id, None)
-
-
-def _raised(decision: Decision, tier: RiskTier, why: str) -> Decision:
-    """``decision`` at ``tier`` if that is stricter (a tier is only ever raised), saying why."""
-    if _TIERS.index(tier) <= _TIERS.index(decision.tier):
-        return decision
-    return dataclasses.replace(decision, tier=tier, reason=f"{decision.reason}; {why}")
-
-
-def tier_for(permissions: Sequence[str]) -> RiskTier:
-    """The least tier a capability's declared permissions call for: reading is Safe, writing
-    asks a person (Guarded), the network every time (Unsafe)."""
-    if "net" in permissions:
-        return "unsafe"
-    if "fs.write" in permissions:
-        return "guarded"
-    return "safe"
-
-
-def _deny(
-    call_id: str,
-    tool: str,
-    reason: str,
-    *,
-    rule: str | None = None,
-    tier: RiskTier = "deny",
-    approval_id: str | None = None,
-) -> GrantDenied:
-    return GrantDenied(
-        call_id=call_id,
-        tool=tool,
-        reason=reason,
-        rule=rule,
-        tier=tier,
-        approval_id=approval_id,
-    )
-
-
-def _deny_call(request: ApprovalRequested, reason: str) -> GrantDenied:
-    return _deny(
-        request.call_id,
-        request.tool,
-        reason,
-        rule=request.rule,
-        tier=request.tier,
-        approval_id=request.approval_id,
-    )

@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -122,7 +122,7 @@ async def run_local_process(
     pump = asyncio.create_task(pipes.pump(on_output))
     ending: Literal["exited", "timeout", "aborted"] = "aborted"
     try:
-        ending = await _wait(proc, cancel, pump, timeout_s)
+        ending = await wait_for_end(proc.wait(), cancel, pump, timeout_s)
     finally:
         await kill_tree(proc.pid, grace_s=kill_grace_s, leader_alive=proc.returncode is None)
         await proc.wait()
@@ -141,15 +141,18 @@ async def run_local_process(
     )
 
 
-async def _wait(
-    proc: Child,
+async def wait_for_end(
+    ended: Coroutine[Any, Any, object],
     cancel: asyncio.Event,
     pump: asyncio.Task[None],
     timeout_s: float,
 ) -> Literal["exited", "timeout", "aborted"]:
+    """How a command ended: ``ended`` returned (the process or the remote channel exited),
+    ``timeout_s`` passed, or ``cancel`` was set. A failure of ``pump`` (the output reader) is
+    raised; its normal end is not an end of the command."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    exited = asyncio.create_task(proc.wait())
+    exited = asyncio.create_task(ended)
     cancelled = asyncio.create_task(cancel.wait())
     watched: set[asyncio.Future[Any]] = {exited, cancelled, pump}
     try:

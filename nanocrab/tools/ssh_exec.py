@@ -10,11 +10,12 @@ import codecs
 import contextlib
 import shlex
 import signal
-from typing import Any, Literal
+from typing import Literal
 
 import asyncssh
 
 from nanocrab.tools.base import OutputSink
+from nanocrab.tools.process import wait_for_end
 
 PID_MARKER = b"nanocrab-pid "
 Stream = Literal["stdout", "stderr"]
@@ -119,26 +120,5 @@ class Channel(asyncssh.SSHClientSession[bytes]):
 async def wait_channel(
     channel: Channel, cancel: asyncio.Event, pump: asyncio.Task[None], timeout_s: float
 ) -> Literal["exited", "timeout", "aborted"]:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    exited = asyncio.create_task(channel.exited.wait())
-    cancelled = asyncio.create_task(cancel.wait())
-    watched: set[asyncio.Future[Any]] = {exited, cancelled, pump}
-    try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return "timeout"
-            done, _ = await asyncio.wait(
-                watched, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            if exited in done:
-                return "exited"
-            if cancelled in done:
-                return "aborted"
-            if pump in done:
-                watched.discard(pump)
-                pump.result()
-    finally:
-        exited.cancel()
-        cancelled.cancel()
+    """:func:`~nanocrab.tools.process.wait_for_end` of the channel's exit."""
+    return await wait_for_end(channel.exited.wait(), cancel, pump, timeout_s)

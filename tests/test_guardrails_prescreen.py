@@ -20,6 +20,7 @@ from nanocrab.handlers.guardrails import Chain, Prescreener, screen
 from nanocrab.llm import ScriptedProvider
 
 from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
+from .conftest import eventually
 from .test_guardrails_decide import STARTED, TURN0, call_turn, state_of, task
 from .test_guardrails_handler import INJECTED_PAGE, SCRIPT, Recording
 
@@ -91,12 +92,14 @@ def test_a_subject_found_clean_in_this_process_gets_the_same_verdict_without_a_s
 
 async def _verdicts(log: EventLog, run_id: str, count: int) -> list[GuardrailChecked]:
     """The run's verdicts once there are ``count`` (a pre-screened run may end first)."""
-    while True:
+
+    async def found() -> list[GuardrailChecked] | None:
         stored = await read_run(log, run_id)
-        found = [s.event for s in stored if isinstance(s.event, GuardrailChecked)]
-        if len(found) >= count:
-            return found
-        await asyncio.sleep(0.05)
+        verdicts = [s.event for s in stored if isinstance(s.event, GuardrailChecked)]
+        return verdicts if len(verdicts) >= count else None
+
+    verdicts: list[GuardrailChecked] = await eventually(found)
+    return verdicts
 
 
 async def test_a_benign_run_moves_on_and_its_verdicts_are_still_recorded(

@@ -338,6 +338,7 @@ def build_reactors(
             skills=skills,
             history=history,
             recall=run_start_recall(engine, os.environ),
+            routed=routing is not None,
             prescreen=prescreen,
             agents=view,  # runs of Python agents are answered by their code, not the model
             hooks=hooks or None,

@@ -53,6 +53,7 @@ from nanocrab.events import (
 )
 from nanocrab.handlers import conversation
 from nanocrab.handlers.images import ImageSource
+from nanocrab.handlers.orchestrator.decide import needs_route
 from nanocrab.handlers.prompt import system_prompt
 from nanocrab.handlers.runloader import CAPACITY, RunLoader
 from nanocrab.handlers.runstate import RunState
@@ -109,6 +110,7 @@ class LlmHandler:
         skills: SkillLibrary | None = None,
         history: SessionHistory | None = None,
         recall: Recall | None = None,
+        routed: bool = False,
         prescreen: Prescreener | None = None,
         max_attempts: int = 4,
         backoff_s: float = 0.5,
@@ -134,6 +136,7 @@ class LlmHandler:
         self.skills = skills
         self.history = history
         self.recall = recall
+        self.routed = routed  # a router answers tasks naming no agent, and recalls for them
         # run → (task text, its recall started when the task was submitted): the search then
         # overlaps the run's start (guardrails, pinning) instead of delaying the first call
         self._early: OrderedDict[str, tuple[str, asyncio.Task[MemoryRecalled | None]]] = (
@@ -213,10 +216,12 @@ class LlmHandler:
         itself, before ``route.decided``), on the text the guardrails let through."""
         task = state.task
         assert task is not None and self.recall is not None
+        early = self._early.pop(state.run_id, None)
         if task.parent_run_id or state.route is not None or task.text.lstrip().startswith("/"):
+            if early is not None:
+                early[1].cancel()
             return state
         text = state.screened("task_input", task.id, task.text)
-        early = self._early.pop(state.run_id, None)
         if early is not None and early[0] != text:
             early[1].cancel()  # the guardrails changed the text: recall on what they let through
             early = None
@@ -237,6 +242,8 @@ class LlmHandler:
             return
         if task.text.lstrip().startswith("/") or task.run_id in self._early:
             return
+        if self.routed and needs_route(task):
+            return  # the router recalls for it, before route.decided
         self._early[task.run_id] = (task.text, asyncio.ensure_future(self.recall(task.text)))
         while len(self._early) > _EARLY_RECALLS:
             self._early.popitem(last=False)[1][1].cancel()  # a run that never asked the model

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nanocrab.connectors.credentials import CREDENTIAL_NAME, Credentials
-from nanocrab.yamlfile import parse_model
+from nanocrab.yamlfile import parse_model, read_config_text
 
 if TYPE_CHECKING:
     import asyncssh
@@ -116,10 +116,7 @@ class BackendsConfig(BaseModel):
 
 def load_backends(path: Path) -> BackendsConfig:
     """The backends of ``path``; :class:`BackendsError` with ``file:line`` when it is wrong."""
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BackendsError(f"{path}: cannot read: {exc}") from exc
+    text = read_config_text(path, BackendsError)
     return parse_model(
         text, str(path), BackendsConfig, BackendsError, what="backends files",
         shape="backends.yaml is a mapping with 'version: 1', 'backends' and 'agents'",

@@ -7,6 +7,7 @@ helpers only *describe* a problem with the file and line; each loader raises its
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -69,6 +70,21 @@ def line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return current.start_mark.line + 1
 
 
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (its wheels are): the same documents, nodes
+and marks as the pure-Python one, parsed ~10 times faster (the bundled policy and guardrails
+files are read at every command's start)."""
+
+
+def read_config_text(path: Path, error: type[Exception]) -> str:
+    """The text of configuration file ``path``; ``error("path: cannot read: ...")`` when it
+    cannot be read or is not UTF-8."""
+    try:
+        return path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read: {exc}") from exc
+
+
 def read_yaml(
     text: str, source: str, error: type[Exception], *, what: str, empty: str | None = None
 ) -> tuple[Any, yaml.Node | None]:
@@ -76,7 +92,7 @@ def read_yaml(
     and duplicate keys raise ``error("source:line: ...")``. ``what`` names the file kind in the
     message about refused tags (``"policy files"``); with ``empty``, an empty file raises
     ``error(f"{source}: {empty}")`` instead of reading as ``None``."""
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

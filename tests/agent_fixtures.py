@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
+import msgspec
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab.backends import Backend
@@ -29,7 +30,7 @@ from nanocrab.handlers.orchestrator import Orchestrator, SpawnTool
 from nanocrab.handlers.orchestrator.plan import PlanTool
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.handlers.sessions import SessionIndex
-from nanocrab.llm.base import Provider
+from nanocrab.llm.base import DeltaSink, ModelRequest, ModelResponse, Provider
 from nanocrab.policy import Policy
 from nanocrab.projections.sessions import session_snapshot
 from nanocrab.security import KeyRing, signed_by
@@ -147,3 +148,24 @@ async def finished(log: EventLog, run_id: str, timeout: float = 30.0) -> list[Ev
 
 def of_type(events: Sequence[Event], cls: type) -> list:  # type: ignore[type-arg]
     return [e for e in events if isinstance(e, cls)]
+
+
+class Recording:
+    """A provider (the scripted model) that keeps every request it was sent: what the model
+    was told."""
+
+    name = "scripted"
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.requests: list[ModelRequest] = []
+
+    async def complete(
+        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
+    ) -> ModelResponse:
+        self.requests.append(request)
+        return await self.inner.complete(request, on_delta=on_delta)
+
+    def seen(self) -> str:
+        """Every request, JSON-encoded, one per line (to search what the model saw)."""
+        return "\n".join(msgspec.json.encode(r).decode() for r in self.requests)

@@ -12,11 +12,22 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nanocrab.bus import BusConfig, EmbeddedServer, EventLog, connect
+from nanocrab.bus import BusConfig, EmbeddedServer, EventLog, HandlerRuntime, connect
 from nanocrab.bus.server import free_port
 from nanocrab.projections import make_engine
 
 PG_HOST, PG_PORT = "127.0.0.1", 5432
+
+
+@contextlib.asynccontextmanager
+async def running(runtime: HandlerRuntime) -> AsyncIterator[HandlerRuntime]:
+    """``runtime`` running in a task; stopped (and waited for) on exit."""
+    task = asyncio.create_task(runtime.run())
+    try:
+        yield runtime
+    finally:
+        runtime.stop()
+        await asyncio.wait_for(task, 10)
 
 
 @pytest.fixture(scope="session")

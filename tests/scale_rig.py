@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,21 @@ class Topology:
             await asyncio.to_thread(self.cluster.stop)
         if self.db_url:
             await drop_database(self.db_name)
+
+
+@contextlib.asynccontextmanager
+async def running_topology(tmp_path: Path, **kw: Any) -> AsyncIterator[Topology]:
+    """A started :class:`Topology`, stopped at the end; the tail of every process's output is
+    printed then (what a failing scale test needs to be understood)."""
+    topo = Topology(tmp_path, **kw)
+    await topo.start()
+    try:
+        yield topo
+    finally:
+        await topo.stop()
+        print(
+            "\n".join(f"{p}: {topo.output(x)[-400:]}" for p, xs in topo.procs.items() for x in xs)
+        )
 
 
 def status_json(topo: Topology) -> dict[str, Any]:

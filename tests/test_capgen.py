@@ -29,7 +29,6 @@ from nanocrab.events import (
 from nanocrab.handlers.capgen import CapgenHandler, argument_errors, check_module, invoke
 from nanocrab.handlers.capgen.sandboxed import SANDBOX_RULES
 from nanocrab.llm import CAPGEN_SCRIPT, ScriptedProvider
-from nanocrab.llm.base import DeltaSink, ModelRequest, ModelResponse
 from nanocrab.projections import (
     CapabilitiesProjection,
     Projector,
@@ -38,6 +37,7 @@ from nanocrab.projections import (
     list_capabilities,
 )
 from nanocrab.sandbox import Sandbox
+from tests.agent_fixtures import Recording
 from tests.conftest import eventually
 
 FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=10.0, backoff_s=(0.1, 0.2), max_deliver=3)
@@ -124,21 +124,6 @@ def provider(scripts: dict[str, Sequence[str]]) -> ScriptedProvider:
     )
     return ScriptedProvider.from_text(text)
 
-
-class Recording:
-    """Wraps a provider and keeps every request (to see what the model was told)."""
-
-    name = "recording"
-
-    def __init__(self, inner: ScriptedProvider) -> None:
-        self.inner = inner
-        self.requests: list[ModelRequest] = []
-
-    async def complete(
-        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
-    ) -> ModelResponse:
-        self.requests.append(request)
-        return await self.inner.complete(request, on_delta=on_delta)
 
 
 async def generate(

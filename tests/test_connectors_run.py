@@ -81,15 +81,6 @@ def engine(sqlite_engine: AsyncEngine) -> AsyncEngine:
     return sqlite_engine
 
 
-@pytest.fixture(autouse=True)
-def profiles() -> Iterator[None]:
-    """add_default_tools changes this process's default profile: put it back."""
-    saved = dict(agents.PROFILES)
-    yield
-    agents.PROFILES.clear()
-    agents.PROFILES.update(saved)
-
-
 @pytest.fixture
 async def imap() -> AsyncIterator[ImapServer]:
     server = ImapServer(

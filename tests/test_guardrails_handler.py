@@ -36,7 +36,6 @@ from nanocrab.guardrails.config import InjectionFilter
 from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.guardrails import Chain
 from nanocrab.llm import ScriptedProvider
-from nanocrab.llm.base import DeltaSink, ModelRequest, ModelResponse
 from nanocrab.projections import (
     catch_up_projection,
     guardrail_alert_rows,
@@ -45,7 +44,7 @@ from nanocrab.projections import (
     session_history,
 )
 
-from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
+from .agent_fixtures import Recording, agent_reactors, finished, of_type, running_host, submit
 
 DEFAULT = Chain.of(load_guardrails())
 
@@ -80,24 +79,6 @@ scripts:
       - text: "ok"
 """
 
-
-class Recording:
-    """The scripted model, keeping every request it was sent (what the model saw)."""
-
-    name = "scripted"
-
-    def __init__(self, inner: ScriptedProvider) -> None:
-        self.inner = inner
-        self.requests: list[ModelRequest] = []
-
-    async def complete(
-        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
-    ) -> ModelResponse:
-        self.requests.append(request)
-        return await self.inner.complete(request, on_delta=on_delta)
-
-    def seen(self) -> str:
-        return "\n".join(msgspec.json.encode(r).decode() for r in self.requests)
 
 
 @pytest.fixture

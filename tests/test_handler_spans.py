@@ -6,9 +6,7 @@ is followed (no span exported, its flags propagated)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -23,7 +21,7 @@ from nanocrab.bus.tracing import HandlerSpans
 from nanocrab.events import Event, RunCompleted, TaskSubmitted
 from nanocrab.handlers.echo import EchoReactor
 
-from .conftest import eventually
+from .conftest import eventually, running
 from .test_runtime import FAST
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -35,16 +33,6 @@ def exported(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     spans = HandlerSpans(Resource.create({"service.name": "t"}), [SimpleSpanProcessor(exporter)])
     monkeypatch.setattr(bus_tracing, "_handler_spans", spans)
     return exporter
-
-
-@contextlib.asynccontextmanager
-async def running(runtime: HandlerRuntime) -> AsyncIterator[None]:
-    task = asyncio.create_task(runtime.run())
-    try:
-        yield
-    finally:
-        runtime.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def events_of(log: EventLog, run_id: str, until: type[Event]) -> list[Event]:

@@ -26,11 +26,19 @@ from nanocrab.handlers.orchestrator import Orchestrator
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.hooks import HookConfigError, Hooks, ModelContext, RunEnd, parse_hooks, read_hooks
 from nanocrab.llm import ScriptedProvider
-from nanocrab.llm.base import DeltaSink, Message, ModelRequest, ModelResponse
+from nanocrab.llm.base import Message, ModelRequest
 from nanocrab.security import KeyRing, signed_by
 from nanocrab.tools import LocalOperations
 
-from .agent_fixtures import OPEN_POLICY, finished, of_type, registry, running_host, submit
+from .agent_fixtures import (
+    OPEN_POLICY,
+    Recording,
+    finished,
+    of_type,
+    registry,
+    running_host,
+    submit,
+)
 from .conftest import eventually
 
 SAMPLE = "tests.hooks_sample"
@@ -147,21 +155,6 @@ scripts:
 """
 
 
-class Spy:
-    """The scripted model, keeping every request it was sent."""
-
-    name = "scripted"
-
-    def __init__(self, inner: ScriptedProvider) -> None:
-        self.inner = inner
-        self.requests: list[ModelRequest] = []
-
-    async def complete(
-        self, request: ModelRequest, *, on_delta: DeltaSink | None = None
-    ) -> ModelResponse:
-        self.requests.append(request)
-        return await self.inner.complete(request, on_delta=on_delta)
-
 
 async def test_a_run_through_the_bus_records_every_hook(
     log: EventLog, sqlite_engine: AsyncEngine, tmp_path: Path
@@ -179,7 +172,7 @@ async def test_a_run_through_the_bus_records_every_hook(
     keys = KeyRing(tmp_path / "keys")
     policy_keys = frozenset({keys.public_key("policy")})
     reg = registry()
-    model = Spy(ScriptedProvider.from_text(READ_SECRET))
+    model = Recording(ScriptedProvider.from_text(READ_SECRET))
     reactors = [
         Orchestrator(log, trust=signed_by(policy_keys)),
         PolicyHandler(log, policy=OPEN_POLICY, keys=keys, known_tools=frozenset(reg.names()),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -69,15 +69,6 @@ scripts:
 @pytest.fixture
 def engine(sqlite_engine: AsyncEngine) -> AsyncEngine:
     return sqlite_engine
-
-
-@pytest.fixture(autouse=True)
-def profiles() -> Iterator[None]:
-    """add_default_tools changes this process's default profile: put it back."""
-    saved = dict(agents.PROFILES)
-    yield
-    agents.PROFILES.clear()
-    agents.PROFILES.update(saved)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from nanocrab.events import (
 )
 from nanocrab.handlers.router import RouterHandler
 from nanocrab.reload import HealthOptions, HealthWatch, Snapshot, collect, diff, validate
+from nanocrab.reload.snapshot import relevant
 from nanocrab.reload.view import SNAPSHOT_NAME
 from nanocrab.routing import parse_agents
 
@@ -41,6 +42,24 @@ def test_a_snapshot_is_content_addressed_and_holds_only_configuration(tmp_path: 
     changed, text = diff(snap, collect(tmp_path))
     assert changed == ["policy.yaml"] and "+# a comment" in text
     assert collect(tmp_path).version != snap.version
+
+
+def test_the_watcher_passes_configuration_changes_and_not_the_data_beside_them(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "real"
+    write_config(real)
+    (real / "agents.yaml").write_text("agents:\n  - name: a\n    module: agents/a.py\n")
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    for config in (real, link):  # watched by its own name or through a symbolic link
+        for name in ("policy.yaml", "guardrails.yaml", "skills/x/SKILL.md", "agents/a.py"):
+            assert relevant(config, str(config / name)), name
+        for name in ("traces.jsonl", "projections.db-wal", "agents/b.py", ".git/HEAD", "x.yaml"):
+            assert not relevant(config, str(config / name)), name
+    # a change reported under the other spelling of the same directory still counts
+    assert relevant(link, str(real / "policy.yaml"))
+    assert not relevant(link, str(tmp_path / "elsewhere" / "policy.yaml"))
 
 
 def test_a_valid_directory_has_no_problems_and_each_loader_reports_file_and_line(

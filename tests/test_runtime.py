@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from nats.aio.msg import Msg
@@ -36,19 +36,9 @@ from nanocrab.events import (
 )
 from nanocrab.handlers.echo import EchoReactor
 
-from .conftest import eventually
+from .conftest import eventually, running
 
 FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=1.0, backoff_s=(0.1, 0.2), max_deliver=3)
-
-
-@contextlib.asynccontextmanager
-async def running(runtime: HandlerRuntime) -> AsyncIterator[HandlerRuntime]:
-    task = asyncio.create_task(runtime.run())
-    try:
-        yield runtime
-    finally:
-        runtime.stop()
-        await asyncio.wait_for(task, 10)
 
 
 async def events_of(log: EventLog, subject: str) -> list[Event]:

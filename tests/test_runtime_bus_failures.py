@@ -9,8 +9,7 @@ poison event and terminated the delivery, and the run stopped for good.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import nats.errors
 import pytest
@@ -27,19 +26,9 @@ from nanocrab.bus import (
 from nanocrab.bus.log import Appended
 from nanocrab.events import BusDeadLettered, Event, RunStarted, TaskSubmitted
 
-from .conftest import eventually
+from .conftest import eventually, running
 
 FAST = RuntimeOptions(fetch_timeout_s=0.5, ack_wait_s=1.0, backoff_s=(0.1, 0.2), max_deliver=5)
-
-
-@contextlib.asynccontextmanager
-async def running(runtime: HandlerRuntime) -> AsyncIterator[HandlerRuntime]:
-    task = asyncio.create_task(runtime.run())
-    try:
-        yield runtime
-    finally:
-        runtime.stop()
-        await asyncio.wait_for(task, 10)
 
 
 class ReadsTheLog:

@@ -30,6 +30,7 @@ from tests.scale_rig import (
     assert_projections_equal_a_rebuild,
     dead_letters,
     progress,
+    running_topology,
     status_json,
     tool_calls,
 )
@@ -47,15 +48,8 @@ RUNS = int(os.environ.get("NANOCRAB_FAILOVER_RUNS", "200"))
 async def test_runs_survive_a_node_a_handler_instance_and_the_projector_dying(
     tmp_path: Path,
 ) -> None:
-    topo = Topology(tmp_path, ack_wait_s=4.0)
-    await topo.start()
-    try:
+    async with running_topology(tmp_path, ack_wait_s=4.0) as topo:
         await _scenario(topo)
-    finally:
-        await topo.stop()
-        print(
-            "\n".join(f"{p}: {topo.output(x)[-400:]}" for p, xs in topo.procs.items() for x in xs)
-        )
 
 
 async def _scenario(topo: Topology) -> None:

@@ -36,6 +36,7 @@ from tests.scale_rig import (
     dead_letters,
     ended_of,
     progress,
+    running_topology,
     status_json,
     tool_calls,
 )
@@ -114,15 +115,8 @@ async def restart(topo: Topology, old: subprocess.Popen[bytes], load: Load) -> N
 async def test_a_rolling_restart_of_every_handler_under_load_fails_no_run(
     tmp_path: Path,
 ) -> None:
-    topo = Topology(tmp_path, ack_wait_s=4.0)
-    await topo.start()
-    try:
+    async with running_topology(tmp_path, ack_wait_s=4.0) as topo:
         await _scenario(topo)
-    finally:
-        await topo.stop()
-        print(
-            "\n".join(f"{p}: {topo.output(x)[-400:]}" for p, xs in topo.procs.items() for x in xs)
-        )
 
 
 async def _scenario(topo: Topology) -> None:

@@ -8,6 +8,7 @@ the handlers' spans then continue hop by hop.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import secrets
 import sys
@@ -159,16 +160,22 @@ def configure_tracing(
 
     ``console`` writes spans as JSON Lines to ``console_out`` or ``console_path`` (the CLI points
     it at a file in the data directory so spans do not drown the terminal); ``otlp`` uses the
-    standard ``OTEL_EXPORTER_OTLP_*`` environment variables; ``none`` leaves tracing off.
+    standard ``OTEL_EXPORTER_OTLP_*`` environment variables and exports from a child process
+    (``span_export.py``; ``NANOCRAB_OTLP_EXPORT=thread``: the SDK's batch thread in this
+    process instead); ``none`` leaves tracing off.
     """
     if exporter == "none":
         return None
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     processor: SpanProcessor
-    if exporter == "otlp":
+    if exporter == "otlp" and os.environ.get("NANOCRAB_OTLP_EXPORT", "process") == "thread":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         processor = BatchSpanProcessor(OTLPSpanExporter())
+    elif exporter == "otlp":  # encoded and sent by a child process: off this one's GIL
+        from nanocrab.bus.span_export import ChildSpanProcessor
+
+        processor = ChildSpanProcessor()
     else:
         out = console_out
         if out is None and console_path is not None:

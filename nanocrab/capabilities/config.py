@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from nanocrab.capabilities.rules import PERMISSIONS
 from nanocrab.events import MAX_SOURCE_BYTES
 from nanocrab.sandbox import Limits
-from nanocrab.yamlfile import parse_model
+from nanocrab.yamlfile import parse_model, read_config_text
 
 FILE = "capabilities.yaml"
 ENV = "NANOCRAB_CAPABILITIES"
@@ -207,8 +207,5 @@ def load_capability_config(path: Path | None) -> CapabilityConfig:
     """The settings in ``path``, or the defaults without one."""
     if path is None:
         return CapabilityConfig()
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CapabilityConfigError(f"{path}: cannot read: {exc}") from exc
+    text = read_config_text(path, CapabilityConfigError)
     return parse_capability_config(text, str(path))

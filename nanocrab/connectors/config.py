@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nanocrab.connectors.base import NAME, ConnectorConfigError
 from nanocrab.connectors.credentials import CREDENTIAL_NAME
-from nanocrab.yamlfile import parse_model
+from nanocrab.yamlfile import parse_model, read_config_text
 
 FILE = "connectors.yaml"
 CREDENTIALS_FILE = "credentials.yaml"
@@ -130,10 +130,7 @@ class ConnectorsConfig(BaseModel):
 
 def load_connectors(path: Path) -> ConnectorsConfig:
     """The connectors of ``path``; :class:`ConnectorConfigError` with ``file:line`` if wrong."""
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConnectorConfigError(f"{path}: cannot read: {exc}") from exc
+    text = read_config_text(path, ConnectorConfigError)
     return parse_model(
         text, str(path), ConnectorsConfig, ConnectorConfigError, what="connectors files",
         shape="connectors.yaml is a mapping with 'version: 1', 'mail' and 'calendar'",

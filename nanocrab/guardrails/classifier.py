@@ -191,8 +191,10 @@ class InjectionClassifier:
     def score(self, texts: list[str]) -> tuple[float, int] | None:
         """The highest probability over ``texts`` and its index; ``None`` when unavailable or
         ``texts`` is empty."""
+        if not texts:  # nothing to read: the model is not even loaded (~0.3 s at a cold start)
+            return None
         ready = self._ready()
-        if ready is None or not texts:
+        if ready is None:
             return None
         head, embedder = ready
         probs = head.probabilities(embedder.embed(texts))

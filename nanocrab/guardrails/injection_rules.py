@@ -18,7 +18,6 @@ BIPIA's task-irrelevant instructions).
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 import ahocorasick  # type: ignore[import-not-found]
 
@@ -27,6 +26,11 @@ _RULES_NOUN = r"(?:\w{0,3}nstruc\w*|question|query|instruction|prompt|rule|direc
 _AI = r"(?:ai|a\.i\.|assistant|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|model|agent|bot|copilot|gemini|bard|llama|autogpt|system|helper|ai agent|ai model)"  # noqa: E501
 _SECRET = r"(?:api[ _-]?keys?|passwords?|passcodes?|pass ?phrases?|tokens?|secrets?|credentials?|ssh keys?|private keys?|\.env|env(?:ironment)? (?:file|variables?|vars)|cookies?|session (?:id|token)s?|credit ?card(?: number)?s?|card numbers?|cvv|security codes?|2fa codes?|otp|one[- ]time (?:code|password)s?|verification codes?|access codes?|bank (?:account|details)|account numbers?|routing numbers?|social security numbers?|ssn|login details|auth(?:entication)? (?:codes?|tokens?)|id_rsa|aws[_ ](?:secret|access))"  # noqa: E501
 _SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mail|mail|exfiltrate|leak|share|copy|submit|deliver|beam|pipe|curl|wget|fetch|append|attach|embed|paste|dm)"  # noqa: E501
+
+_VOCATIVE = r"(?:ai|a\.i\.|assistant|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|ai model|agent|bot|copilot|gemini|ai helper|ai agent|ai assistant|(?<=to the )model|(?<=for the )model|(?<=any )model)"  # noqa: E501
+_AI_NAME = r"(?:(?:ai|a\.i\.|llm|gpt) (?:agent|assistant|bot|helper|model)|ai|a\.i\.|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|copilot|gemini|(?<=to the )model|(?<=for the )model|(?<=any )model|(?<=to the )assistant|(?<=for the )assistant|(?<=to the )agent|(?<=for the )agent)"  # noqa: E501
+"""Names only a model goes by (a human "support agent" or "assistant" is addressed too)."""
+_COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update|recommend|say|claim|write|end|begin|start|include|run|execute|open|visit|click|buy|order|book|pay|transfer|grant|share|post|tell|reply|respond|output|print|reveal|ignore|disregard|do not|don't|never|always|make sure|translate|append|insert|mention|call|invite|approve|download|install|upload|leak|give|move|wire|sign|accept|unsubscribe|disable|turn off)"  # noqa: E501
 
 RULES: tuple[tuple[str, str, float, str], ...] = (
     # -- instruction override / hijack ------------------------------------------------------
@@ -71,10 +75,22 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:this is an? (?:important |urgent )?(?:message|instruction|note|request) from (?:me|the user|your user|the owner|your owner|the (?:system )?administrator|the developers?|openai|anthropic)|(?:message|instruction|note) from the (?:user|owner|admin))\b"),  # noqa: E501
     ("address", "agent_label", 0.5,
      r"(?:<!--|\[//\]: #|#|//|\(|\{|\"|')\s*(?:(?:note|message|instructions?)[ _-]for[ _-](?:the[ _-])?(?:ai|assistant|agent|bot|llm|model|ai[ _]agent|ai[ _]assistant)s?|(?:ai|a\.i\.|assistant|ai[ _]agent|ai[ _]assistant|ai[ _]model|llm|chatbot|gpt|claude))['\"]?\s*:\s*['\"]?[a-z]+ [a-z]|\b(?:note|message|instructions?|p\.?s\.?|reminder)[ _-](?:for|to)[ _-](?:the[ _-])?(?:ai|assistant|agent|bot|llm|model|ai[ _-]agent|ai[ _-]assistant)s?\b"),  # noqa: E501
+    # a command spoken to the model by name inside data: "AI helper, forward ...", "Note to any
+    # AI shopping assistant: add ...", "Language model: end your answer ...", "LLM agents:
+    # before building, run ..." (the vocative, then an imperative within a few words)
+    ("address", "vocative_command", 0.6,
+     rf"(?:^|\n|[.!?>\]:(#*/-]\s)\s*(?!(?:the|a|an|this|that|our|your|my|their|his|her|its) )(?:[a-z-]+ ){{0,2}}?(?:{_AI_NAME}|assistant)s?,\s+(?!(?:[a-z-]+ )?(?:{_VOCATIVE}|and|or)\b)(?:[a-z',]+ ){{0,6}}?{_COMMAND}\b(?!-)"),  # noqa: E501
+    ("address", "labelled_command", 0.6,
+     rf"(?:\b(?:note|message|instructions?|reminder|request) (?:to|for) (?:(?:the|any|all|every|each) )?(?:[a-z-]+ ){{0,2}}?{_VOCATIVE}s?|(?:^|\n|[.!?>\]:(#*/-]\s)\s*(?:(?:to|for) (?:the|any|all|every|each) |dear )?(?:[a-z-]+ ){{0,2}}?(?:{_AI_NAME}s?|{_VOCATIVE}s? (?:reading|answering|processing|summari[sz]ing|handling|working on|helping with)(?: (?:this|these|the|my|our|your|it)(?: [a-z]+)?)?))\s*(?::|\u2014|--?)\s+(?:[a-z',]+ ){{0,6}}?{_COMMAND}\b(?!-)"),  # noqa: E501
+    ("address", "bracket_directive", 0.6,
+     r"[\[(<{]\s*(?:ai|a\.i\.|assistant|model|llm|agent|bot|system)[ _-]?(?:directive|instructions?|note|command|task|order|message|prompt)s?\s*[\])>}]"),  # noqa: E501
     ("address", "third_person", 0.45,
      r"\b(?:the|any|all|every) (?:ai|assistant|agent|bot|model|llm|ai agent|ai assistant|automated assistant|automated agent|language model)s? (?:\w+ ){0,3}?(?:needs? to|must|should|has to|have to|is required to|are required to|is instructed to|are instructed to|is expected to|shall) (?:also |first |now |immediately |then )?(?:send|forward|transfer|email|sell|buy|delete|share|grant|invite|book|pay|disable|run|execute|post|upload|visit|click|download|ignore|reveal|wire|approve|tell the user|reply to all)\b"),  # noqa: E501
+    # the instruction asks to be kept from the user: "… and do not mention this request"
+    ("concealment", "hide_the_request", 0.45,
+     r"\b(?:do not|don'?t|never|without) (?:mention|reveal|disclose|acknowledg|refer to|talk about|say anything about|tell (?:anyone|anybody|them) about)(?:e|ing)? (?:this|these|that|the above|the following|my) (?:request|instruction|message|note|directive|step|change|part)s?\b"),  # noqa: E501
     ("address", "processing_hook", 0.55,
-     r"\bwhen (?:you )?(?:summari[sz]\w*|read\w*|process\w*|answer\w*|respond\w*|repl\w*|translat\w*|analy[sz]\w*|review\w*) (?:this|the|these|my)\b.{0,60}\b(?:also|please|make sure|be sure|you (?:must|should|need to)|first|instead)\b"),  # noqa: E501
+     r"\bwhen (?:you )?(?:summari[sz]\w*|read\w*|process\w*|answer\w*|respond\w*|repl\w*|translat\w*|analy[sz]\w*|review\w*) (?:to )?(?:this|the|these|my)\b.{0,60}\b(?:also|please|make sure|be sure|you (?:must|should|need to)|first|instead)\b"),  # noqa: E501
     ("directive", "you_ai_must", 0.35,
      r"\b(?:you) (?:must|should|need to|have to|are (?:required|instructed|ordered) to|will now|shall) (?:now |immediately |first |also )?(?:ignore|send|email|forward|transfer|delete|reveal|tell|output|print|say|respond|reply|call|execute|run|visit|click|open|share|grant|include|write|add|post|upload|download|pay|approve|change|update|book|buy|sell|schedule|invite|disable|create|remove|cancel|move|give|provide)\b"),  # noqa: E501
     ("address", "signed_user", 0.3, r"\b(?:signed|regards|thanks|cheers),?\s*(?:the user|your user|\w+ \w+)\s*</"),  # noqa: E501
@@ -259,7 +275,17 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "agent_label": ((":", "note", "message", "instruction", "p.s", "ps ", "reminder"),
                     (" ai", "assistant", "agent", "bot", "llm", "model")),
     "third_person": (("assistant", "agent", " ai ", "bot", "model", "llm"),),
+    "vocative_command": ((" ai", "ai ", "a.i.", "assistant", "gpt", "claude", "llm",
+                          "language model", "agent", "bot", "copilot", "gemini"), (",",)),
+    "labelled_command": ((" ai", "ai ", "a.i.", "assistant", "gpt", "claude", "llm",
+                          "language model", "agent", "bot", "copilot", "gemini", "model"),
+                         (":", "\u2014", "-")),
+    "bracket_directive": (("directive", "instruction", "note", "command", "task", "order",
+                           "message", "prompt"), ("[", "(", "<", "{")),
     "processing_hook": (("when ",),),
+    "hide_the_request": (("not", "n't", "never", "without"),
+                         ("request", "instruction", "message", "note", "directive", "step",
+                          "change", "part")),
     "you_ai_must": (("must", "should", "need to", "have to", "required", "instructed",
                      "ordered", "will now", "shall"),),
     "signed_user": (("</",),),
@@ -391,24 +417,33 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
 
 
 
-class Rule(NamedTuple):
-    """A compiled rule. ``word_start``: the pattern began with ``\\b``, which is checked in
-    Python instead (a leading ``\\b`` stops ``re`` from skipping ahead to candidate first
-    characters, making a scan several times slower)."""
+class Rule:
+    """A rule, its regular expression compiled on first use (the ~90 of them take ~0.14 s to
+    compile, and a short text reaches only the few whose anchors it holds: a command's start
+    does not pay for the rest). ``word_start``: the pattern began with ``\\b``, which is
+    checked in Python instead (a leading ``\\b`` stops ``re`` from skipping ahead to candidate
+    first characters, making a scan several times slower)."""
 
-    family: str
-    name: str
-    weight: float
-    pattern: re.Pattern[str]
-    anchors: tuple[tuple[str, ...], ...]
-    word_start: bool
+    __slots__ = ("_compiled", "anchors", "body", "family", "name", "weight", "word_start")
+
+    def __init__(self, family: str, name: str, weight: float, pattern: str) -> None:
+        self.family = family
+        self.name = name
+        self.weight = weight
+        self.word_start = pattern.startswith(r"\b")
+        self.body = pattern[2:] if self.word_start else pattern
+        self.anchors: tuple[tuple[str, ...], ...] = ANCHORS.get(name, ())
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        if self._compiled is None:  # two threads may both compile: the same pattern either way
+            self._compiled = re.compile(self.body, re.DOTALL | re.MULTILINE)
+        return self._compiled
 
 
 def _compile(family: str, name: str, weight: float, pattern: str) -> Rule:
-    word_start = pattern.startswith(r"\b")
-    body = pattern[2:] if word_start else pattern
-    flags = re.DOTALL | re.MULTILINE
-    return Rule(family, name, weight, re.compile(body, flags), ANCHORS.get(name, ()), word_start)
+    return Rule(family, name, weight, pattern)
 
 
 SHORT_ONLY = frozenset({"token_flood"})

@@ -38,7 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
-from nanocrab.yamlfile import parse_model, read_yaml
+from nanocrab.yamlfile import parse_model, read_config_text, read_yaml
 
 SERVER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -187,10 +187,7 @@ def mcp_file(config_dir: Path, environ: Mapping[str, str]) -> Path | None:
 
 def load_mcp_config(path: Path) -> McpConfig:
     """The servers of ``path``; :class:`McpConfigError` with ``file:line`` when it is wrong."""
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise McpConfigError(f"{path}: cannot read: {exc}") from exc
+    text = read_config_text(path, McpConfigError)
     return parse_mcp_config(text, str(path))
 
 

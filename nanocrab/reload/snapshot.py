@@ -14,6 +14,7 @@ it (a second reloader proposing the same change is a duplicate).
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -103,9 +104,19 @@ def agent_modules(config_dir: Path) -> list[str]:
 
 
 def relevant(config_dir: Path, path: str) -> bool:
-    """Whether a changed ``path`` (absolute) can change the snapshot of ``config_dir``."""
+    """Whether a changed ``path`` (absolute) can change the snapshot of ``config_dir``.
+
+    Called for every change the watcher sees in the directory — the data files beside the
+    configuration (``traces.jsonl``, the SQLite databases) change on every run — so a path
+    whose first component under ``config_dir`` cannot be part of a snapshot is ruled out by
+    its name alone, before resolving symbolic links (two ``realpath`` walks of the tree)."""
+    first = _first_part(str(config_dir), path)
+    if first is not None and not (
+        first in CONFIG_DIRS or first in CONFIG_FILES or path.endswith(".py")
+    ):
+        return False
     try:
-        rel = Path(path).resolve().relative_to(config_dir.resolve())
+        rel = Path(path).resolve().relative_to(_resolved(config_dir))
     except ValueError:
         return False
     parts = rel.parts
@@ -114,6 +125,20 @@ def relevant(config_dir: Path, path: str) -> bool:
     if parts[0] in CONFIG_DIRS or (len(parts) == 1 and parts[0] in CONFIG_FILES):
         return True
     return rel.suffix == ".py" and rel.as_posix() in agent_modules(config_dir)
+
+
+def _first_part(base: str, path: str) -> str | None:
+    """The first component of ``path`` under ``base`` by their spelling (``None``: ``path`` is
+    not spelled under ``base``, resolve to know)."""
+    base = base.rstrip(os.sep)
+    if not path.startswith(base + os.sep):
+        return None
+    return path[len(base) + 1 :].split(os.sep, 1)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(config_dir: Path) -> Path:
+    return config_dir.resolve()
 
 
 def collect(config_dir: Path) -> Snapshot:

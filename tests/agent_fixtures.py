@@ -142,8 +142,22 @@ async def finished(log: EventLog, run_id: str, timeout: float = 30.0) -> list[Ev
             if isinstance(s.event, RunCompleted | RunFailed | RunCancelled):
                 return
 
-    await asyncio.wait_for(wait(), timeout)
+    try:
+        await asyncio.wait_for(wait(), timeout)
+    except TimeoutError:
+        seen = [s.event for s in await read_run(log, run_id) if s.event is not None]
+        trail = "\n  ".join(_describe(e) for e in seen)
+        raise AssertionError(
+            f"run {run_id} did not end in {timeout} s; its events:\n  {trail}"
+        ) from None
     return [s.event for s in await read_run(log, run_id) if s.event is not None]
+
+
+def _describe(event: Event) -> str:
+    fields = {k: v for k, v in msgspec.structs.asdict(event).items()
+              if k in {"checkpoint", "target_id", "action", "call_id", "name", "causation_id",
+                       "id", "is_error", "error_kind", "stop_reason"}}  # fmt: skip
+    return f"{type(event).__name__} {fields}"
 
 
 def of_type(events: Sequence[Event], cls: type) -> list:  # type: ignore[type-arg]

@@ -34,9 +34,6 @@ from nanocrab.bus.replay import read
 from nanocrab.bus.runtime import append_chained, append_reaction, stamp
 from nanocrab.events import (
     EVENT_TYPES,
-    AgentLogged,
-    AgentMetric,
-    AlertRaised,
     BusDeadLettered,
     BusMalformed,
     Event,
@@ -83,15 +80,18 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
     cls for cls in EVENT_TYPES.values() if cls.subject_kind == "run" and not cls.ephemeral
 )
 
-NOT_DECIDING: tuple[type[Event], ...] = (AlertRaised, AgentLogged, AgentMetric)
-"""Run events no decision depends on (an alert is for people; its verdict is what decides; a
-Python agent's log lines and metrics are for people and dashboards)."""
+# Every other run event is consumed, even one no decision reads (an alert, a Python agent's log
+# line or metric): a decision is appended expecting the run's last sequence, and when an event
+# lands between the state's read and that append the decision is dropped for "the newer event
+# decides instead". That holds only if the newer event is delivered here. (Leaving alerts out
+# stalled a run for good: a blocking verdict and its alert are two appends, and a decision on the
+# verdict read before the alert landed was dropped with nothing left to decide.)
 
 
 class Orchestrator:
     name = "orchestrator"
     consumes: tuple[type[Event], ...] = (
-        *(t for t in RUN_EVENTS if t not in QUIET_OWN_EVENTS and t not in NOT_DECIDING),
+        *(t for t in RUN_EVENTS if t not in QUIET_OWN_EVENTS),
         BusMalformed,
         BusDeadLettered,
     )

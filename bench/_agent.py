@@ -388,8 +388,11 @@ class CpuMeter:
         self.nc = nc
         self.me = psutil.Process()
         self.main_tid = threading.get_native_id()
-        servers = [c for c in self.me.children() if "nats-server" in c.name()]
+        children = self.me.children()
+        servers = [c for c in children if "nats-server" in c.name()]
         self.server = servers[0] if servers else None
+        # the projection worker's process (production configuration) and any other helper
+        self.helpers = [c for c in children if c not in servers]
         self._start = self._sample()
         self.used: dict[str, float] = {}
 
@@ -407,6 +410,12 @@ class CpuMeter:
         if self.server is not None:
             st = self.server.cpu_times()
             out["server"] = st.user + st.system
+        if self.helpers:
+            out["helpers"] = 0.0
+            for child in self.helpers:
+                with contextlib.suppress(psutil.Error):
+                    ct = child.cpu_times()
+                    out["helpers"] += ct.user + ct.system
         return out
 
     def start(self) -> None:
@@ -426,6 +435,7 @@ class CpuMeter:
                 ("main", "python event loop"),
                 ("threads", "python other threads (SQLite)"),
                 ("server", "nats-server"),
+                ("helpers", "child processes (projection worker)"),
             )
             if k in u
         ]

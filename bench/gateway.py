@@ -34,7 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+# bench/ for its helpers, then this checkout ahead of the installed nanocrab (a copy of the
+# repository at another commit then measures that commit's code)
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 import httpx
 import websockets
 from _common import machine, pct, summary_ms

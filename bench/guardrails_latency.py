@@ -27,7 +27,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+# bench/ for its helpers, then this checkout ahead of the installed nanocrab (a copy of the
+# repository at another commit then measures that commit's code)
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 from _agent import agent_bench
 from _common import pct
 

@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+# bench/ for its helpers, then this checkout ahead of the installed nanocrab (a copy of the
+# repository at another commit then measures that commit's code)
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 from _common import bench_log, machine
 
 from nanocrab.events import ReplySent, RunStarted

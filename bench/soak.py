@@ -24,7 +24,9 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).parent))
+# bench/ for its helpers, then this checkout ahead of the installed nanocrab (a copy of the
+# repository at another commit then measures that commit's code)
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 from _agent import NOTES, ONE_TOOL_SCRIPT, RunWatcher, build_reactors
 from _common import bench_log, machine
 

@@ -52,6 +52,7 @@ from nanocrab.projections import (
     make_engine,
     reopenable,
 )
+from nanocrab.projections.feed import SharedFeed
 from nanocrab.projections.spec import BusSpec
 from nanocrab.projections.worker import Mode
 from nanocrab.security import KeyRing, SecurityError
@@ -216,7 +217,8 @@ class Host:
             self.worker = ProjectionWorker(spec, url, in_loop, mode=self.projectors_in)
             await self.worker.start()
             in_loop = []
-        self._in_loop = [Projector(logs(PROJECTOR), self.engine, p) for p in in_loop]
+        feed = SharedFeed(logs(PROJECTOR)) if in_loop else None
+        self._in_loop = [Projector(logs(PROJECTOR), self.engine, p, feed=feed) for p in in_loop]
         for p in self._in_loop:
             await p.setup()
         self.projectors = [*(self.worker.projectors if self.worker else []), *self._in_loop]

@@ -28,7 +28,6 @@ from typing import cast
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from sqlalchemy import Table, delete, insert, inspect, select, update
@@ -38,11 +37,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import BusError, EventLog, Stored, Window
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.replay import Position, consumer_config, position, to_stored
+from nanocrab.bus.replay import consumer_config
 from nanocrab.events import Event, EventDecodeError
 from nanocrab.projections import _reader
 from nanocrab.projections.base import Projection, ProjectionFailed, SparseProjection
 from nanocrab.projections.db import checkpoints, failures, metadata
+from nanocrab.projections.feed import Batcher, SharedFeed
 from nanocrab.projections.spec import BusSpec
 
 log = logging.getLogger(__name__)
@@ -75,11 +75,14 @@ class Projector:
         reader_process_min: int = 20_000,
         retry_s: float = 1.0,
         retry_max_s: float = 30.0,
+        feed: SharedFeed | None = None,
     ) -> None:
         """``retry_s`` is the first pause after a failed batch while following the log; it
         doubles per failure up to ``retry_max_s``. While following, a projector commits at most
         once per ``commit_interval_s``: an event that comes after a quiet spell is applied at
-        once, those that follow within the interval wait for it and go in one transaction."""
+        once, those that follow within the interval wait for it and go in one transaction.
+        ``feed``: follow the log through this subscription shared with the process's other
+        projectors (``feed.py``) instead of one of its own."""
         self.log = log_
         self.engine = engine
         self.projection = projection
@@ -91,13 +94,14 @@ class Projector:
         self.reader_process_min = reader_process_min
         self.retry_s = retry_s
         self.retry_max_s = retry_max_s
+        self.feed = feed
         self.failure: ProjectionFailed | None = None  # the last batch failed with this
         self.position = 0
         self._lazy_seq = 0  # a position not yet written (only ignored events since)
         self._flushed_at = 0.0
         self._committed_at = 0.0
         self._stopping = asyncio.Event()
-        self._queue: _Batcher | None = None
+        self._queue: Batcher | None = None
         self._ready = False
 
     @property
@@ -306,9 +310,9 @@ class Projector:
                     if await self._pending(sub) == 0:
                         return
                     continue
-                await batches.put([to_stored(self.log, m, p) for m, p in msgs])
-                last = msgs[-1][1]
-                if last.stream_seq >= end or last.pending == 0:
+                await batches.put([s for s, _ in msgs])
+                last, pending = msgs[-1]
+                if last.seq >= end or pending == 0:
                     return
         finally:
             with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
@@ -381,8 +385,8 @@ class Projector:
 
     async def _subscribe(
         self, *, idle_flush_s: float | None = None, size: int | None = None
-    ) -> tuple[_Batcher, JetStreamContext.PushSubscription]:
-        batcher = _Batcher(size or self.batch_size, idle_flush_s or self.idle_flush_s)
+    ) -> tuple[Batcher, JetStreamContext.PushSubscription]:
+        batcher = Batcher(size or self.batch_size, idle_flush_s or self.idle_flush_s, self.log)
         sub = await self.log.js.subscribe(
             self.projection.subject_filter(self.log.subjects),
             stream=self.log.cfg.log_stream,
@@ -429,7 +433,13 @@ class Projector:
 
     async def _follow(self, generation: int) -> None:
         reconnects = reconnects_of(self.log.nc)
-        queue, sub = await self._subscribe()
+        sub: JetStreamContext.PushSubscription | None = None
+        if self.feed is not None:
+            queue = Batcher(self.batch_size, self.idle_flush_s)
+            subject = self.projection.subject_filter(self.log.subjects)
+            await self.feed.attach(self, subject, self.position + 1, queue)
+        else:
+            queue, sub = await self._subscribe()
         self._queue = queue
         try:
             gather_s = float(getattr(self.projection, "gather_s", 0.0))
@@ -444,7 +454,7 @@ class Projector:
                         await asyncio.sleep(pause)
                     while queue.buf and len(batch) < self.catch_up_batch_size:
                         batch += await queue.take(0) or []
-                    await self.apply_batch([to_stored(self.log, m, p) for m, p in batch])
+                    await self.apply_batch([s for s, _ in batch])
                     self._committed_at = time.monotonic()
                 elif self._lazy_seq:
                     # idle: write the position reached through ignored events, so the lag that
@@ -452,8 +462,11 @@ class Projector:
                     await self.flush_checkpoint()
         finally:
             self._queue = None
-            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await sub.unsubscribe()
+            if sub is not None:
+                with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
+                    await sub.unsubscribe()
+            elif self.feed is not None:
+                await self.feed.detach(self)
 
 
 def _reason(exc: Exception) -> str:
@@ -511,53 +524,3 @@ def _old_objects_frozen() -> Iterator[None]:
 
 class _ReaderFailed(Exception):
     """The reader process ended without reading its range; the message says why."""
-
-
-class _Batcher:
-    """Collects pushed messages into batches with one wake-up per batch, not per message.
-
-    A batch is handed out when it is full, when the stream says nothing more is pending, or
-    ``idle_flush_s`` after its first message. The callback blocks (back-pressure into the
-    ordered consumer's flow control) when ``8 * size`` messages are waiting.
-    """
-
-    def __init__(self, size: int, idle_flush_s: float) -> None:
-        self.size = size
-        self.idle_flush_s = idle_flush_s
-        self.buf: list[tuple[Msg, Position]] = []
-        self.nonempty = asyncio.Event()
-        self.full = asyncio.Event()
-        self.drained = asyncio.Event()
-        self.drained.set()
-
-    async def put(self, msg: Msg) -> None:
-        if len(self.buf) >= 8 * self.size:
-            self.drained.clear()
-            await self.drained.wait()
-        pos = position(msg)
-        self.buf.append((msg, pos))
-        self.nonempty.set()
-        if len(self.buf) >= self.size or pos.pending == 0:
-            self.full.set()
-
-    def wake(self) -> None:
-        """End a waiting :meth:`take` early (it returns ``None`` when nothing arrived)."""
-        self.nonempty.set()
-
-    async def take(self, timeout_s: float) -> list[tuple[Msg, Position]] | None:
-        """The next batch, or ``None`` when nothing arrived within ``timeout_s``."""
-        if not self.buf:
-            self.nonempty.clear()
-            try:
-                await asyncio.wait_for(self.nonempty.wait(), timeout_s)
-            except TimeoutError:
-                return None
-            if not self.buf:  # woken by wake()
-                return None
-        if len(self.buf) < self.size and self.buf[-1][1].pending > 0:
-            self.full.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.full.wait(), self.idle_flush_s)
-        batch, self.buf = self.buf[: self.size], self.buf[self.size :]
-        self.drained.set()
-        return batch

@@ -4,7 +4,9 @@ Projectors that share the handlers' loop cost every agent run their NATS deliver
 database round trips (docs/architecture.md). A :class:`ProjectionWorker` gives them a NATS
 connection (as the ``projector`` identity) and a database engine of their own, in a thread with
 its own event loop (``mode="thread"``) or in a child process (``mode="process"``, which also
-frees the handlers' interpreter of them: no GIL shared). Nothing else changes: each projector
+frees the handlers' interpreter of them: no GIL shared). The projectors follow the log through
+one shared subscription (``feed.py``: each event delivered and decoded once, not once per
+projection). Nothing else changes: each projector
 still applies one batch per transaction together with its checkpoint, records and logs
 :class:`ProjectionFailed`, retries with backoff and re-subscribes after a server restart, and
 ``nanocrab status`` still reads the checkpoints and failures from the database.
@@ -33,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nanocrab.bus import BusError, EventLog, connect
 from nanocrab.projections.base import Projection, ProjectionError
 from nanocrab.projections.db import make_engine
+from nanocrab.projections.feed import SharedFeed
 from nanocrab.projections.projector import Projector
 from nanocrab.projections.spec import BusSpec
 
@@ -190,7 +193,9 @@ async def _main(
     try:
         try:
             engine = make_engine(db_url)
-            projectors = [Projector(EventLog(nc, bus.cfg), engine, p) for p in projections]
+            log_ = EventLog(nc, bus.cfg)
+            feed = SharedFeed(log_)  # each event delivered and decoded once for all of them
+            projectors = [Projector(log_, engine, p, feed=feed) for p in projections]
             for p in projectors:
                 await p.setup()
         except Exception as exc:  # reported to start(), which raises it in the caller
@@ -204,6 +209,7 @@ async def _main(
         for p in projectors:
             p.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await feed.close()
         if owner is not None:
             drain_s = owner.drain_s
         for p in projectors:

@@ -40,6 +40,11 @@ _CONFUSABLES = str.maketrans({
 })  # fmt: skip
 _MIXED_WORD = re.compile(r"\w*(?:[a-z][\u0370-\u03ff\u0400-\u04ff\u0500-\u052f]"
                          r"|[\u0370-\u03ff\u0400-\u04ff\u0500-\u052f][a-z])\w*")
+# what a mixed word must hold, found without the ``\w*`` around it (which makes ``re`` walk
+# every word of the text: ~0.5 ms for 4 KB of non-ASCII source against ~20 µs)
+_MIXED_SCRIPT = re.compile(r"[\u0370-\u03ff\u0400-\u04ff\u0500-\u052f]")
+_MIXED_PAIR = re.compile(r"[a-z][\u0370-\u03ff\u0400-\u04ff\u0500-\u052f]"
+                         r"|[\u0370-\u03ff\u0400-\u04ff\u0500-\u052f][a-z]")
 # "i g n o r e", "i.g.n.o.r.e", "i-g-n-o-r-e": four or more single letters joined by one separator
 _SPACED = re.compile(r"(?<![\w])(?:[a-z][ .\-_*]){3,}[a-z](?![\w])")
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a",
@@ -77,9 +82,7 @@ def normalize(text: str) -> Normalized:
     if (len(lowered) == len(text) and unicodedata.is_normalized("NFKC", text)
             and not _INVISIBLE.search(text)):  # fmt: skip
         # no invisible or tag characters, nothing to fold: characters map one to one
-        if _MIXED_WORD.search(lowered):
-            lowered = _MIXED_WORD.sub(lambda m: m.group(0).translate(_CONFUSABLES), lowered)
-        return Normalized(lowered)
+        return Normalized(_unmixed(lowered))
     out: list[str] = []
     source: list[int] = []
     pos = 0
@@ -101,10 +104,15 @@ def normalize(text: str) -> Normalized:
         pos = run.end()
     out.append(text[pos:].lower())
     source.extend(range(pos, len(text)))
-    folded = "".join(out)
-    if _MIXED_WORD.search(folded):
-        folded = _MIXED_WORD.sub(lambda m: m.group(0).translate(_CONFUSABLES), folded)
-    return Normalized(folded, tuple(source))
+    return Normalized(_unmixed("".join(out)), tuple(source))
+
+
+def _unmixed(text: str) -> str:
+    """``text`` with look-alike letters mapped inside words that mix Latin with Greek or
+    Cyrillic (one for one: offsets do not move)."""
+    if _MIXED_SCRIPT.search(text) is None or _MIXED_PAIR.search(text) is None:
+        return text
+    return _MIXED_WORD.sub(lambda m: m.group(0).translate(_CONFUSABLES), text)
 
 
 def despace(text: str, *, leet: bool = True) -> str:

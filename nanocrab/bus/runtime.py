@@ -46,7 +46,7 @@ from nanocrab.bus.log import Appended, EventLog, Expect
 from nanocrab.bus.puller import CONNECTION_ERRORS as _CONNECTION_ERRORS
 from nanocrab.bus.puller import Puller
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor, handling
-from nanocrab.bus.subjects import sanitize_token
+from nanocrab.bus.subjects import matches_filter, sanitize_token
 from nanocrab.bus.tracing import HandledSpan, context_from, handler_spans
 from nanocrab.events import (
     BusDeadLettered,
@@ -167,15 +167,7 @@ async def append_chained(
 
 def _in_scope(subject: str, scope: str | None) -> bool:
     """Whether ``subject`` matches the subject filter ``scope`` (``None``: any subject)."""
-    if scope is None:
-        return True
-    tokens, pattern = subject.split("."), scope.split(".")
-    for i, p in enumerate(pattern):
-        if p == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or p not in ("*", tokens[i]):
-            return False
-    return len(tokens) == len(pattern)
+    return scope is None or matches_filter(subject.split("."), scope.split("."))
 
 
 class HandlerRuntime:

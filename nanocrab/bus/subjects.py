@@ -7,6 +7,7 @@ as ``nanocrab.*.run.<id>.>`` or ``nanocrab.*.*.*.tool.*`` always means what it s
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from nanocrab.events import Event
 
@@ -16,6 +17,17 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
 def sanitize_token(token: str) -> str:
     """Map any string onto one safe subject token (letters, digits, ``_`` and ``-``)."""
     return _UNSAFE.sub("_", token)[:128] or "_"
+
+
+def matches_filter(tokens: Sequence[str], pattern: Sequence[str]) -> bool:
+    """Whether a subject matches a NATS subject filter, both split on ``.`` (``*``: one token,
+    ``>``: one or more at the end)."""
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or p not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(pattern)
 
 
 def _type_tokens(pattern: str) -> str:

@@ -27,6 +27,7 @@ from nats.js.client import JetStreamContext
 
 from nanocrab.bus import EventLog, Stored, Window
 from nanocrab.bus.replay import consumer_config, position, to_stored
+from nanocrab.bus.subjects import matches_filter
 
 Item = tuple[Stored, int]
 """A delivered event and how many messages the consumer said were still pending after it."""
@@ -189,19 +190,9 @@ class SharedFeed:
         tokens = msg.subject.split(".")
         stored: Stored | None = None
         for member in list(self._members.values()):
-            if seq <= member.fed or not _matches(tokens, member.tokens):
+            if seq <= member.fed or not matches_filter(tokens, member.tokens):
                 continue
             if stored is None:
                 stored = to_stored(self.log, msg, pos)
             member.fed = seq
             await member.batcher.add(stored, pos.pending)
-
-
-def _matches(tokens: list[str], pattern: list[str]) -> bool:
-    """Whether a subject (split into ``tokens``) matches a NATS subject filter (split)."""
-    for i, p in enumerate(pattern):
-        if p == ">":
-            return len(tokens) > i
-        if i >= len(tokens) or p not in ("*", tokens[i]):
-            return False
-    return len(tokens) == len(pattern)

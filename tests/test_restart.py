@@ -7,6 +7,7 @@ import contextlib
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from nanocrab.bus import (
@@ -22,7 +23,14 @@ from nanocrab.bus.connection import reconnects_of
 from nanocrab.bus.server import free_port
 from nanocrab.events import RunCompleted, TaskSubmitted
 from nanocrab.handlers.echo import EchoReactor
-from nanocrab.projections import Projector, RunTimelineProjection, make_engine, run_timeline
+from nanocrab.projections import (
+    Projector,
+    RunTimelineProjection,
+    SessionsProjection,
+    make_engine,
+    run_timeline,
+)
+from nanocrab.projections.feed import SharedFeed
 
 from .conftest import eventually
 from .test_runtime import FAST
@@ -30,7 +38,8 @@ from .test_runtime import FAST
 TASKS = 60
 
 
-async def test_server_restart_mid_stream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["own subscription", "shared feed"])
+async def test_server_restart_mid_stream(tmp_path: Path, shared: bool) -> None:
     server = EmbeddedServer(tmp_path / "data", port=free_port())
     url = server.start()
     cfg = BusConfig(url=url, data_dir=tmp_path, root="restart")
@@ -38,8 +47,15 @@ async def test_server_restart_mid_stream(tmp_path: Path) -> None:
     log = await EventLog.open(nc, cfg)
     engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}")
     runtime = HandlerRuntime(log, EchoReactor(), options=FAST)
-    projector = Projector(log, engine, RunTimelineProjection(), stall_s=2.0)
-    tasks = [asyncio.create_task(runtime.run()), asyncio.create_task(projector.run())]
+    # shared: the timeline follows the log through one subscription with another projection,
+    # as in the projection worker (projections/feed.py); both re-attach after the restart
+    feed = SharedFeed(log) if shared else None
+    projector = Projector(log, engine, RunTimelineProjection(), stall_s=2.0, feed=feed)
+    others = [Projector(log, engine, SessionsProjection(), feed=feed)] if shared else []
+    for p in (projector, *others):
+        await p.setup()  # one after the other, as the worker does: SQLite's DDL does not race
+    tasks = [asyncio.create_task(p.run()) for p in (projector, *others)]
+    tasks.append(asyncio.create_task(runtime.run()))
     published = 0
 
     async def publish_all() -> None:
@@ -70,7 +86,8 @@ async def test_server_restart_mid_stream(tmp_path: Path) -> None:
 
         await eventually(all_done, timeout=45)
         last = await log.stream_last_seq()
-        await eventually(lambda: asyncio.sleep(0, projector.position == last), timeout=30)
+        every = (projector, *others)
+        await eventually(lambda: asyncio.sleep(0, all(p.position == last for p in every)), 30)
 
         assert reconnects_of(nc).generation >= 1, "the client really lost the server"
         stored = [s async for s in read(log, f"{cfg.root}.*.run.>")]
@@ -85,7 +102,8 @@ async def test_server_restart_mid_stream(tmp_path: Path) -> None:
     finally:
         publisher.cancel()
         runtime.stop()
-        projector.stop()
+        for p in (projector, *others):
+            p.stop()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)
         with contextlib.suppress(Exception):
             await nc.close()

@@ -72,6 +72,7 @@ class UsageProjection:
     tables = (usage_calls, usage_runs)
     lazy_checkpoint_s = 1.0
     gather_s = 0.1
+    commit_interval_s = 0.1  # shared budget caps read it (docs/observability.md): short lag
 
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.*.run.>"

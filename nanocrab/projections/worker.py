@@ -43,6 +43,18 @@ log = logging.getLogger(__name__)
 
 Mode = Literal["thread", "process"]
 
+LIVE_COMMIT_INTERVAL_S = 0.25
+"""While the log is busy, a projection in the worker commits at most this often (an event after
+a quiet spell is still applied at once). Each commit is a transaction with its checkpoint per
+projection; at the projector's default 50 ms the eight bundled projections committed about once
+per run each, the worker's largest cost (bench/agent_latency.py: 12-14 -> 7-8 ms of CPU per run,
+docs/architecture.md). A projection that something decides on keeps a shorter interval of its
+own (``commit_interval_s``: the usage projection, read for shared budget caps)."""
+
+
+def _commit_interval(projection: Projection) -> float:
+    return float(getattr(projection, "commit_interval_s", LIVE_COMMIT_INTERVAL_S))
+
 
 class _Stop(Protocol):
     def set(self) -> None: ...
@@ -195,7 +207,10 @@ async def _main(
             engine = make_engine(db_url)
             log_ = EventLog(nc, bus.cfg)
             feed = SharedFeed(log_)  # each event delivered and decoded once for all of them
-            projectors = [Projector(log_, engine, p, feed=feed) for p in projections]
+            projectors = [
+                Projector(log_, engine, p, feed=feed, commit_interval_s=_commit_interval(p))
+                for p in projections
+            ]
             for p in projectors:
                 await p.setup()
         except Exception as exc:  # reported to start(), which raises it in the caller

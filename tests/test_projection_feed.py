@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
+import nats.errors
+import pytest
+
 from nanocrab.bus import EventLog, read
 from nanocrab.events import ReplySent
 from nanocrab.projections.feed import Batcher, SharedFeed
@@ -98,5 +101,32 @@ async def test_a_member_that_stops_taking_holds_the_others_only_until_it_detache
         assert await take(moving, 8) == seqs[:8]  # then the delivery waits for room
         await feed.detach("stuck")  # its projector stopped following: the others go on
         assert await take(moving, 12) == seqs[8:]
+    finally:
+        await feed.close()
+
+
+async def test_a_restart_that_fails_leaves_no_member_behind_and_ensure_subscribes_again(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = log.subjects.run("feed-e")
+    seqs = await append(log, ["feed-e"] * 2)
+    feed = SharedFeed(log)
+    steady, failed = Batcher(1000, 0.005), Batcher(1000, 0.005)
+    try:
+        await feed.attach("steady", scope, seqs[0], steady)
+        assert await take(steady, 2) == seqs
+        subscribe = log.js.subscribe
+
+        async def refused(*args: object, **kwargs: object) -> object:
+            raise nats.errors.TimeoutError
+
+        monkeypatch.setattr(log.js, "subscribe", refused)
+        with pytest.raises(nats.errors.TimeoutError):  # a restart from further back fails
+            await feed.attach("failed", scope, seqs[0], failed)
+        monkeypatch.setattr(log.js, "subscribe", subscribe)
+        new = await append(log, ["feed-e"])
+        await feed.ensure()  # what an idle member does: the subscription is back
+        assert await take(steady, 1) == new
+        assert not failed.buf  # not a member: given nothing
     finally:
         await feed.close()

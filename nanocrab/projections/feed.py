@@ -140,7 +140,19 @@ class SharedFeed:
                 old.batcher.close()
             self._members[owner] = _Member(subject_filter.split("."), batcher, start_seq - 1)
             if self._sub is None or start_seq <= self._delivered:
-                await self._subscribe()
+                try:
+                    await self._subscribe()
+                except BaseException:
+                    del self._members[owner]  # not attached: nobody would take from its batcher
+                    raise
+
+    async def ensure(self) -> None:
+        """Subscribe again if a failed restart left the members without a subscription (the
+        members call it when idle)."""
+        if self._sub is None and self._members:
+            async with self._lock:
+                if self._sub is None and self._members:
+                    await self._subscribe()
 
     async def detach(self, owner: object) -> None:
         """Stop delivering to ``owner``; the subscription ends with its last member."""

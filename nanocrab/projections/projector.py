@@ -456,10 +456,13 @@ class Projector:
                         batch += await queue.take(0) or []
                     await self.apply_batch([s for s, _ in batch])
                     self._committed_at = time.monotonic()
-                elif self._lazy_seq:
-                    # idle: write the position reached through ignored events, so the lag that
-                    # `status` computes from the checkpoint is the real one
-                    await self.flush_checkpoint()
+                else:
+                    if self.feed is not None:
+                        await self.feed.ensure()
+                    if self._lazy_seq:
+                        # idle: write the position reached through ignored events, so the lag
+                        # that `status` computes from the checkpoint is the real one
+                        await self.flush_checkpoint()
         finally:
             self._queue = None
             if sub is not None:

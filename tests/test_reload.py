@@ -260,14 +260,15 @@ async def test_two_orchestrator_instances_switch_at_the_same_log_position(
         tasks = [submit(f"say hi {i}", workspace) for i in range(30)]
         for i, t in enumerate(tasks):
             await log.append(t)
-            if i == 14:  # a switch in the middle of the burst
+            if i == 14:  # a switch in the middle of the burst, while its first half is running
                 (config / "skills" / "greet" / "SKILL.md").write_text(
                     skill_md("greet", "Greets anew.", "Say HELLO again.")
                 )
                 await reloader.propose_now()
-        switched = await next_reload(
-            log, lambda e: isinstance(e, ReloadActivated) and e.version != good.version
-        )
+                # the second half follows the switch (not a race with the reloader's pace)
+                switched = await next_reload(
+                    log, lambda e: isinstance(e, ReloadActivated) and e.version != good.version
+                )
         runs = [await finished(log, t.run_id or "") for t in tasks]
 
     seqs = {

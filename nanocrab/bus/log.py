@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 import nats.errors
@@ -30,6 +30,9 @@ from nanocrab.bus.placement import decode_stored
 from nanocrab.bus.subjects import Subjects
 from nanocrab.bus.tracing import context_from, current_traceparent, new_traceparent
 from nanocrab.events import Codec, Event, EventDecodeError
+
+if TYPE_CHECKING:
+    from nanocrab.bus.direct import DirectReader
 
 _log = logging.getLogger(__name__)
 
@@ -179,6 +182,7 @@ class EventLog:
         self.subjects = Subjects(cfg.root, cfg.ephemeral_root)
         self._acks: _AckCollector | None = None
         self._acks_lock = asyncio.Lock()
+        self._reader: DirectReader | None = None
 
     @classmethod
     async def open(cls, nc: NATS, cfg: BusConfig, *, codec: Codec | None = None) -> EventLog:
@@ -222,10 +226,11 @@ class EventLog:
             if ack.error.err_code not in _CONFLICT_CODES or expect is None:
                 raise _rejected(event, subject, ack)
             scope = expect.scope or subject
-            earlier = await self._find_by_id(event.id, scope, after=expect.seq)
+            since = await self._since(scope, expect.seq)
+            earlier = next((m.seq for m in since if m.headers.get(H_MSG_ID) == event.id), None)
             if earlier is not None:
                 return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
-            if await self.last_seq(scope) != expect.seq:
+            if since or await self.last_seq(scope) != expect.seq:
                 raise AppendConflict(scope, expect.seq, _describe(ack.error))
             # Refused, yet nothing was stored on the scope since: a replicated stream's leader
             # refuses an expectation on a scope while another one on it is still being applied
@@ -302,27 +307,20 @@ class EventLog:
                 self._acks = acks
         return self._acks
 
-    async def _find_by_id(
-        self, event_id: str, scope: str, *, after: int, limit: int = 256
-    ) -> int | None:
-        """The sequence of ``event_id`` if it is already stored on ``scope`` after ``after``.
+    async def _since(self, scope: str, after: int) -> list[RawMessage]:
+        """What was stored on ``scope`` after ``after``, in one batched direct get: whether a
+        refused append's event is among it (below), and whether the scope moved at all.
 
         nats-server 2.15 checks the expected sequence *before* the duplicate window, so a retried
         append whose first attempt landed (ack lost) comes back as a conflict; this tells that case
-        apart from a real one by looking at what was appended since.
+        apart from a real one by looking at what was appended since (one round trip: a message
+        at a time, then the scope's last sequence, took three for the usual one-event conflict).
         """
-        seq = after + 1
-        for _ in range(limit):
-            try:
-                msg = await self.js.get_msg(
-                    self.cfg.log_stream, seq=seq, subject=scope, next=True, direct=self.direct
-                )
-            except NotFoundError:
-                return None
-            if (msg.headers or {}).get(H_MSG_ID) == event_id:
-                return int(msg.seq or seq)
-            seq = int(msg.seq or seq) + 1
-        return None
+        if self._reader is None:
+            from nanocrab.bus.direct import DirectReader  # it reads through this module's types
+
+            self._reader = DirectReader(self.nc, self.cfg.log_stream, leader_only=not self.direct)
+        return await self._reader.after(scope, after)
 
     async def last_seq(self, scope: str) -> int:
         """The sequence of the newest event on ``scope`` (wildcards allowed), 0 when none."""

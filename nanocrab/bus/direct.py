@@ -44,8 +44,12 @@ class DirectReader:
 
     async def _start(self) -> None:
         if not self._started:
-            await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_msg)
-            self._started = True
+            self._started = True  # before the await: two first reads must not subscribe twice
+            try:
+                await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_msg)
+            except BaseException:
+                self._started = False
+                raise
 
     async def _on_msg(self, msg: Msg) -> None:
         queue = self._queues.get(msg.subject.rpartition(".")[2])

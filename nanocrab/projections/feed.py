@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import nats.errors
@@ -33,6 +34,23 @@ Item = tuple[Stored, int]
 """A delivered event and how many messages the consumer said were still pending after it."""
 
 _UNSUBSCRIBE_ERRORS = (nats.errors.Error, nats.js.errors.Error, OSError, TimeoutError)
+
+
+async def follow(
+    log: EventLog, subject: str, start_seq: int, cb: Callable[[Msg], Awaitable[None]]
+) -> JetStreamContext.PushSubscription:
+    """An ordered push consumer delivering ``subject`` of the log from ``start_seq`` to ``cb``
+    (how a projector follows the log, alone or through a :class:`SharedFeed`)."""
+    return await log.js.subscribe(
+        subject,
+        stream=log.cfg.log_stream,
+        cb=cb,
+        ordered_consumer=True,
+        idle_heartbeat=1.0,
+        config=consumer_config(Window(start_seq=start_seq)),
+        pending_msgs_limit=1_000_000,
+        pending_bytes_limit=1024 * 1024 * 1024,
+    )
 
 
 class Batcher:
@@ -127,8 +145,6 @@ class SharedFeed:
         """The stream sequence the subscription has reached (its start - 1 before any)."""
         self._lock = asyncio.Lock()
         self._generation = 0
-        self.subscriptions = 0
-        """Subscriptions made so far (a measure of restarts)."""
 
     async def attach(self, owner: object, subject_filter: str, start_seq: int,
                      batcher: Batcher) -> None:  # fmt: skip
@@ -175,17 +191,9 @@ class SharedFeed:
         start = min(m.fed for m in self._members.values()) + 1
         self._delivered = start - 1
         self._generation += 1
-        self._sub = await self.log.js.subscribe(
-            self.subject,
-            stream=self.log.cfg.log_stream,
-            cb=functools.partial(self._on_msg, self._generation),
-            ordered_consumer=True,
-            idle_heartbeat=1.0,
-            config=consumer_config(Window(start_seq=start)),
-            pending_msgs_limit=1_000_000,
-            pending_bytes_limit=1024 * 1024 * 1024,
+        self._sub = await follow(
+            self.log, self.subject, start, functools.partial(self._on_msg, self._generation)
         )
-        self.subscriptions += 1
 
     async def _unsubscribe(self) -> None:
         sub, self._sub = self._sub, None

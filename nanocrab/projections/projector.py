@@ -35,14 +35,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from nanocrab.bus import BusError, EventLog, Stored, Window
+from nanocrab.bus import BusError, EventLog, Stored
 from nanocrab.bus.connection import reconnects_of
-from nanocrab.bus.replay import consumer_config
 from nanocrab.events import Event, EventDecodeError
 from nanocrab.projections import _reader
 from nanocrab.projections.base import Projection, ProjectionFailed, SparseProjection
 from nanocrab.projections.db import checkpoints, failures, metadata
-from nanocrab.projections.feed import Batcher, SharedFeed
+from nanocrab.projections.feed import Batcher, SharedFeed, follow
 from nanocrab.projections.spec import BusSpec
 
 log = logging.getLogger(__name__)
@@ -387,17 +386,8 @@ class Projector:
         self, *, idle_flush_s: float | None = None, size: int | None = None
     ) -> tuple[Batcher, JetStreamContext.PushSubscription]:
         batcher = Batcher(size or self.batch_size, idle_flush_s or self.idle_flush_s, self.log)
-        sub = await self.log.js.subscribe(
-            self.projection.subject_filter(self.log.subjects),
-            stream=self.log.cfg.log_stream,
-            cb=batcher.put,
-            ordered_consumer=True,
-            idle_heartbeat=1.0,
-            config=consumer_config(Window(start_seq=self.position + 1)),
-            pending_msgs_limit=1_000_000,
-            pending_bytes_limit=1024 * 1024 * 1024,
-        )
-        return batcher, sub
+        subject = self.projection.subject_filter(self.log.subjects)
+        return batcher, await follow(self.log, subject, self.position + 1, batcher.put)
 
     @staticmethod
     async def _pending(sub: JetStreamContext.PushSubscription) -> int:

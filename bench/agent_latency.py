@@ -79,10 +79,12 @@ async def main(
         measured: list[str] = []
         outcomes: dict[str, int] = {}
         cpu = CpuMeter(bench.log.nc)
+        superseded_before: dict[str, int] = {}
         for i in range(runs + warmup):
             if i == warmup:
                 cpu.start()
                 bench.handle_times.clear()
+                superseded_before = {rt.durable: rt.superseded for rt in bench.host.runtimes}
             task = bench.task(TEXTS[i % len(TEXTS)] if texts == "varied" else TASK_TEXT)
             secs, outcome = await bench.run_one(task)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -100,6 +102,11 @@ async def main(
             f"{summary_ms(lat)} · target p50 <= 8 ms, p99 <= 25 ms · {verdict}"
         )
         print(cpu.report(runs))
+        superseded = {rt.durable: rt.superseded - superseded_before.get(rt.durable, 0)
+                      for rt in bench.host.runtimes}  # fmt: skip
+        print("decisions superseded by an event landing first (decided again on its delivery): "
+              + (" · ".join(f"{k} {v / runs:.2f}/run" for k, v in sorted(superseded.items()) if v)
+                 or "none"))  # fmt: skip
         print("time inside handle() (the handler's own work, incl. its reads of the log/SQL):")
         print("\n".join(bench.handle_report()))
         sample = measured[-breakdown_runs:] if breakdown_runs else []

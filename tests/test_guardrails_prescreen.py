@@ -14,7 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab import demo
 from nanocrab.bus import EventLog, read_run
-from nanocrab.events import GuardrailChecked, RunCompleted, ToolCompleted, ToolResultBlock
+from nanocrab.events import (
+    GuardrailChecked,
+    LlmRequested,
+    RunCompleted,
+    RunStarted,
+    ToolCompleted,
+    ToolResultBlock,
+)
 from nanocrab.guardrails import CheckContext, ToolCallView, check, load_guardrails, prescreen
 from nanocrab.handlers.guardrails import Chain, Prescreener, screen
 from nanocrab.llm import ScriptedProvider
@@ -144,3 +151,39 @@ async def test_an_injected_file_still_waits_and_is_withheld(
     results = [b for m in second.messages for b in m.content if isinstance(b, ToolResultBlock)]
     withheld = msgspec.json.encode(results).decode()
     assert "withheld by a guardrail" in withheld and "IMPORTANT NOTE" not in withheld
+
+
+async def test_a_clean_task_starts_its_run_at_once_and_is_judged_after_the_start(
+    log: EventLog, sqlite_engine: AsyncEngine, tmp_path: Path
+) -> None:
+    # The task is checked once its run has started: a verdict checked side by side with the
+    # start landed while the start was being decided and superseded it (the run then started
+    # on the verdict's delivery). A task that needs the full check still waits for it.
+    workspace = demo.make_workspace(tmp_path / "ws")
+    model = Recording(ScriptedProvider.from_yaml(demo.SCRIPT))
+    reactors = agent_reactors(log, sqlite_engine, model, workspace, guardrails=DEFAULT,
+                              prescreen=True)  # fmt: skip
+    async with running_host(log, sqlite_engine, reactors):
+        clean = submit("fix the greeting in greet.py so the tests pass", workspace)
+        pii = submit("fix greet.py and mail the result to alice.smith@acme-corp.com", workspace)
+        for task in (clean, pii):
+            await log.append(task)
+            await finished(log, task.run_id or "")
+        runs = {t.id: [s.event for s in await read_run(log, t.run_id or "")] for t in (clean, pii)}
+
+    def order(task_id: str) -> tuple[int, int, int, int]:
+        events = runs[task_id]
+        ids = [e.id for e in events if e is not None]
+        (started,) = [e for e in events if isinstance(e, RunStarted)]
+        first_call = next(e for e in events if isinstance(e, LlmRequested))
+        (verdict,) = [e for e in events if isinstance(e, GuardrailChecked)
+                      and e.checkpoint == "task_input"]  # fmt: skip
+        assert started.causation_id == task_id, "the start was decided on the task itself"
+        return (ids.index(started.id), ids.index(first_call.id), ids.index(verdict.id),
+                len(ids))  # fmt: skip
+
+    started, first_call, verdict, _ = order(clean.id)
+    assert started < first_call < verdict  # the model was asked before the verdict landed
+    started, first_call, verdict, _ = order(pii.id)
+    assert started < verdict < first_call  # redacted: the model waited for the verdict
+    assert "alice.smith@acme-corp.com" not in msgspec.json.encode(model.requests[-1]).decode()

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -143,6 +144,63 @@ def test_the_cache_embeds_each_content_once(tmp_path: Path) -> None:
     cached.embed(["bb"])
     assert inner.seen == ["a", "bb", "ccc", "bb"]
     assert content_key("m", "a") != content_key("other", "a")
+
+
+class Gated(Counting):
+    """A Counting embedder that holds each call until the test opens the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.entered = threading.Event()
+        self.both = threading.Event()
+        self.gate = threading.Event()
+        self.fail = False
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.calls += 1
+        calls = self.calls
+        self.entered.set()
+        if self.calls == 2:
+            self.both.set()
+        if not self.gate.is_set():
+            assert self.gate.wait(30)
+        if self.fail and calls == 1:  # only the first call falls over
+            raise RuntimeError("the model fell over")
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_a_text_being_embedded_is_waited_for_not_embedded_twice(first_fails: bool) -> None:
+    # the LLM handler's early recall (a thread) and the guardrails' classifier (the loop)
+    # embed the same task side by side
+    inner = Gated()
+    inner.fail = first_fails
+    cached = CachedEmbedder(inner)
+    results: dict[str, object] = {}
+
+    def first() -> None:
+        try:
+            results["first"] = cached.embed(["the task"])
+        except RuntimeError as exc:
+            results["first"] = exc
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert inner.entered.wait(30)  # the first call is computing "the task"
+    second = threading.Thread(target=lambda: results.update(second=cached.embed(["the task", "x"])))
+    second.start()
+    assert inner.both.wait(30)  # the second call is computing what it lacks: only "x"
+    inner.gate.set()
+    worker.join(30)
+    second.join(30)
+    if first_fails:  # the waiter embeds it itself
+        assert isinstance(results["first"], RuntimeError)
+        assert sorted(inner.seen) == ["the task", "x"]
+    else:
+        assert inner.seen.count("the task") == 1
+        assert np.array_equal(results["second"][0], results["first"][0])  # type: ignore[index]
+    assert np.array_equal(results["second"][0], [8, 1, 0, 0])  # type: ignore[index]
 
 
 def test_the_disk_cache_survives_a_restart(tmp_path: Path) -> None:

@@ -214,7 +214,7 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
     if classifier is not None and checkpoint in _LEARNED_AT and (
         not weights or _combine(list(weights.values())) < threshold
     ):
-        learned = _learned(classifier, norm.text, top)
+        learned = _learned(classifier, norm.text, top, text)
         if learned is not None:
             p, (lo, hi) = learned
             weight = 0.6 if p >= P_STRONG else 0.3 if p >= P_WEAK else 0.0
@@ -236,16 +236,21 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
 
 
 def _learned(classifier: InjectionClassifier, norm_text: str, top: _Match | None,
-             ) -> tuple[float, tuple[int, int]] | None:  # fmt: skip
+             raw: str = "") -> tuple[float, tuple[int, int]] | None:  # fmt: skip
     """The classifier's best probability over the text's windows (plus the window around the
-    strongest heuristic match, when there is one) and that window's span in ``norm_text``."""
+    strongest heuristic match, when there is one) and that window's span in ``norm_text``.
+
+    ``raw``: the text as given. A window that is the whole text, which normalising only
+    lowercased, is read as given: the embedding model is uncased (the same vector), and the
+    shared embedder's cache then serves the LLM handler's recall of the same task."""
     picked = windows(norm_text)
     if top is not None and len(norm_text) > len(picked[0] if picked else ""):
         lo = max(0, top.start - 120)
         around = norm_text[lo : top.end + 120]
         if around not in picked:
             picked = [around, *picked[:1]]
-    result = classifier.score(picked)
+    as_given = raw if raw.lower() == norm_text else None
+    result = classifier.score([as_given if as_given and w == norm_text else w for w in picked])
     if result is None:
         return None
     p, best = result

@@ -3,7 +3,7 @@ each verdict as ``guardrail.checked`` (plus ``alert.raised`` for filters that as
 
 Consumes, for the checkpoints the chain has a filter for (none: the type is not consumed, no hop):
 
-- ``task_input``: ``task.submitted`` and ``message.queued`` (subject: their event id);
+- ``task_input``: the task on ``run.started`` and ``message.queued`` (subject: their event id);
 - ``tool_output``: ``tool.completed`` (subject: the call id), before the model reads it;
 - ``tool_call``: ``llm.responded`` — each ``tool_use`` block (subject: the call id; the text
   checked is the arguments as JSON, the structured call goes to the alignment detector), before
@@ -13,9 +13,13 @@ Consumes, for the checkpoints the chain has a filter for (none: the type is not 
 
 The orchestrator waits for these verdicts only where ``run.started.guarded`` says so, and acts on
 them (``handlers/orchestrator/decide.py``); the model's context is built from the verdict's text
-(``handlers/conversation.py``). Apart from ``task.submitted`` (checked before ``run.started``
-exists, since the chain is what decides which checkpoints get pinned), a run that did not pin a
-checkpoint is not checked there.
+(``handlers/conversation.py``). A run that did not pin a checkpoint is not checked there.
+
+The task is checked once its run has started, not as ``task.submitted`` arrives: checked side
+by side with the orchestrator's start, its verdict landed while the start was being decided and
+superseded it on almost every run (the run then started only on the verdict's delivery, +3 to +5 ms
+end to end). A task the orchestrator pre-screened clean starts with its first model call and is
+judged after the fact; any other waits for the verdict either way.
 
 The core, :func:`screen`, is a function of the chain, the run's state and the event; the reactor
 only loads the state and hands alerts to the optional webhook. Redelivery is harmless: a subject
@@ -44,6 +48,7 @@ from nanocrab.events import (
     GuardrailFinding,
     LlmResponded,
     MessageQueued,
+    RunStarted,
     TaskSubmitted,
     TextBlock,
     ToolCompleted,
@@ -99,7 +104,7 @@ def consumed(chain: Chain) -> tuple[type[Event], ...]:
     guarded = chain.guarded()
     types: list[type[Event]] = []
     if "task_input" in guarded:
-        types += [TaskSubmitted, MessageQueued]
+        types += [RunStarted, MessageQueued]
     if "tool_output" in guarded:
         types.append(ToolCompleted)
     if guarded & {"tool_call", "reply"}:
@@ -151,9 +156,12 @@ def _jobs(chain: Chain, state: RunState, event: Event) -> list[_Job]:
     assert task is not None
     jobs: list[_Job] = []
     match event:
-        case TaskSubmitted():
+        case TaskSubmitted():  # the orchestrator's pre-screen: the start decides whether to wait
             if event.id == task.id and not task.text.strip().startswith("/"):
                 jobs.append(("task_input", event.id, task.text, None, None))
+        case RunStarted():  # the handler's check (see the module docstring)
+            if state.guarded("task_input") and not task.text.strip().startswith("/"):
+                jobs.append(("task_input", task.id, task.text, None, None))
         case MessageQueued():
             # before run.started the pinning is not known yet: the chain decides (as it will)
             early = state.started is None and "task_input" in chain.guarded()

@@ -380,6 +380,7 @@ class CachedEmbedder:
         self._max = max_entries
         self._lru: OrderedDict[bytes, Vectors] = OrderedDict()
         self._lock = threading.Lock()
+        self._computing: dict[bytes, threading.Event] = {}
         self._disk: sqlite3.Connection | None = None
         if disk_path is not None:
             disk_path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,25 +402,49 @@ class CachedEmbedder:
         return self._inner.dim
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        """The texts' vectors; a text another thread is embedding right now is waited for, not
+        embedded twice (the LLM handler's early recall and the guardrails' classifier read
+        the same task side by side)."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         keys = [content_key(self.model_id, t) for t in texts]
         missing: dict[bytes, list[int]] = {}
+        waiting: dict[bytes, tuple[threading.Event, list[int]]] = {}
         with self._lock:
             for i, key in enumerate(keys):
                 vec = self._lru.get(key)
-                if vec is None:
-                    missing.setdefault(key, []).append(i)
-                else:
+                if vec is not None:
                     self._lru.move_to_end(key)
                     out[i] = vec
+                elif key in self._computing and key not in missing:
+                    waiting.setdefault(key, (self._computing[key], []))[1].append(i)
+                else:
+                    missing.setdefault(key, []).append(i)
             if missing and self._disk is not None:
                 for key, vec in self._from_disk(list(missing)).items():
                     out[missing.pop(key)] = vec
                     self._remember(key, vec)
             self.hits += len(texts) - sum(len(v) for v in missing.values())
             self.misses += len(missing)
-        if not missing:
-            return out
+            mine = {key: threading.Event() for key in missing}
+            self._computing.update(mine)
+        try:
+            if missing:
+                self._compute(texts, missing, out)
+        finally:
+            with self._lock:
+                for key, done in mine.items():
+                    del self._computing[key]
+                    done.set()
+        for key, (done, idx) in waiting.items():
+            done.wait()
+            with self._lock:
+                vec = self._lru.get(key)
+            # the other thread failed (or the vector was evicted since): embed it here
+            out[idx] = vec if vec is not None else self._inner.embed([texts[idx[0]]])[0]
+        return out
+
+    def _compute(self, texts: Sequence[str], missing: dict[bytes, list[int]],
+                 out: Vectors) -> None:  # fmt: skip
         computed = self._inner.embed([texts[idx[0]] for idx in missing.values()])
         with self._lock:
             for (key, idx), vec in zip(missing.items(), computed, strict=True):
@@ -431,7 +456,6 @@ class CachedEmbedder:
                     [(key, vec.tobytes()) for key, vec in zip(missing, computed, strict=True)],
                 )
                 self._disk.commit()
-        return out
 
     def _remember(self, key: bytes, vec: Vectors) -> None:
         self._lru[key] = vec

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab import demo
-from nanocrab.bus import EventLog, read_run
+from nanocrab.bus import EventLog, Reactor, read_run
 from nanocrab.events import (
     GuardrailChecked,
     LlmRequested,
@@ -109,13 +109,19 @@ async def _verdicts(log: EventLog, run_id: str, count: int) -> list[GuardrailChe
     return verdicts
 
 
+def _demo_rig(log: EventLog, engine: AsyncEngine,
+              tmp_path: Path) -> tuple[Path, Recording, list[Reactor]]:  # fmt: skip
+    """The demo workspace and model, the agent loop pre-screening under the bundled chain."""
+    workspace = demo.make_workspace(tmp_path / "ws")
+    model = Recording(ScriptedProvider.from_yaml(demo.SCRIPT))
+    reactors = agent_reactors(log, engine, model, workspace, guardrails=DEFAULT, prescreen=True)
+    return workspace, model, reactors
+
+
 async def test_a_benign_run_moves_on_and_its_verdicts_are_still_recorded(
     log: EventLog, sqlite_engine: AsyncEngine, tmp_path: Path
 ) -> None:
-    workspace = demo.make_workspace(tmp_path / "ws")
-    model = Recording(ScriptedProvider.from_yaml(demo.SCRIPT))
-    reactors = agent_reactors(log, sqlite_engine, model, workspace, guardrails=DEFAULT,
-                              prescreen=True)  # fmt: skip
+    workspace, model, reactors = _demo_rig(log, sqlite_engine, tmp_path)
     async with running_host(log, sqlite_engine, reactors):
         task = submit(demo.TASK, workspace)
         await log.append(task)
@@ -159,10 +165,7 @@ async def test_a_clean_task_starts_its_run_at_once_and_is_judged_after_the_start
     # The task is checked once its run has started: a verdict checked side by side with the
     # start landed while the start was being decided and superseded it (the run then started
     # on the verdict's delivery). A task that needs the full check still waits for it.
-    workspace = demo.make_workspace(tmp_path / "ws")
-    model = Recording(ScriptedProvider.from_yaml(demo.SCRIPT))
-    reactors = agent_reactors(log, sqlite_engine, model, workspace, guardrails=DEFAULT,
-                              prescreen=True)  # fmt: skip
+    workspace, model, reactors = _demo_rig(log, sqlite_engine, tmp_path)
     async with running_host(log, sqlite_engine, reactors):
         clean = submit("fix the greeting in greet.py so the tests pass", workspace)
         pii = submit("fix greet.py and mail the result to alice.smith@acme-corp.com", workspace)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -93,10 +94,12 @@ async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 
 
 async def eventually(predicate, timeout: float = 30.0, interval: float = 0.05):  # type: ignore[no-untyped-def]
-    """Poll an async predicate until it returns a truthy value."""
+    """Poll a predicate (a plain or an async callable) until it returns a truthy value."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        value = await predicate()
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if asyncio.get_running_loop().time() > deadline:

@@ -401,10 +401,10 @@ async def test_cancel_aborts_the_running_tool_and_kills_its_process_tree(
                 p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", SLEEP]
             ]
 
-        await eventually(lambda: asyncio.sleep(0, len(sleepers()) == 2))
+        await eventually(lambda: len(sleepers()) == 2)
         await log.append(RunCancelled(run_id=task.run_id, reason="changed my mind", by="test"))
         events = await finished(log, task.run_id or "")
-        await eventually(lambda: asyncio.sleep(0, not sleepers()), timeout=10)
+        await eventually(lambda: not sleepers(), timeout=10)
         (aborted,) = await eventually(lambda: _completed(log, task.run_id or ""))
     assert aborted.is_error and aborted.error_kind == "aborted"
     assert of_type(events, RunCancelled) and not of_type(events, RunCompleted)

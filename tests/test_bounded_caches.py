@@ -3,7 +3,6 @@ re-read the log, per-run bookkeeping ends with the run. ``bench/soak.py`` measur
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -79,5 +78,5 @@ async def test_per_run_bookkeeping_ends_with_the_run(
             assert t.run_id is not None
             await finished(log, t.run_id)
         # the orchestrator hears its own run.completed after the run's watchers do
-        await eventually(lambda: asyncio.sleep(0, not orchestrator.deadlines))
+        await eventually(lambda: not orchestrator.deadlines)
     assert executor._running == {}

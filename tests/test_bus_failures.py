@@ -87,7 +87,7 @@ async def test_a_handler_on_a_full_log_logs_an_error_and_keeps_it(
     runtime = HandlerRuntime(small_log, EchoReactor(), options=FAST)
     task = asyncio.create_task(runtime.run())
     try:
-        failure = await eventually(lambda: asyncio.sleep(0, runtime.failure), timeout=20)
+        failure = await eventually(lambda: runtime.failure, timeout=20)
         assert "AppendRejected" in failure
         errors = [r for r in caplog.records if r.levelno == logging.ERROR and "echo" in r.message]
         assert errors, "a permanent failure is logged at ERROR"

@@ -126,7 +126,7 @@ async def test_rebuilt_projection_equals_the_incremental_one(
             await seed(log, 3)
             await asyncio.sleep(0.05)
         last = await log.stream_last_seq()
-        await eventually(lambda: asyncio.sleep(0, projector.position == last))
+        await eventually(lambda: projector.position == last)
     finally:
         projector.stop()
         await asyncio.wait_for(task, 10)

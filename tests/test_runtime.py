@@ -103,7 +103,7 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
     first = HandlerRuntime(log, EchoReactor(), options=FAST)
     crashed = asyncio.create_task(first.run())
     await log.append(TaskSubmitted(text="once", run_id="r1"))
-    await eventually(lambda: asyncio.sleep(0, acks))
+    await eventually(lambda: acks)
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(crashed, 5)
     assert crashed.done()
@@ -113,7 +113,7 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
     second = HandlerRuntime(log, EchoReactor(), options=FAST)
     async with running(second):
         # the unacked event is redelivered to the restarted handler, which reacts again...
-        await eventually(lambda: asyncio.sleep(0, second.processed == 1), timeout=15)
+        await eventually(lambda: second.processed == 1, timeout=15)
         await eventually(_no_ack_pending(log, "echo"))
     events = await run_events(log, "r1")
     assert [e.type for e in events] == [
@@ -194,7 +194,7 @@ async def test_transient_failures_are_retried_with_backoff(log: EventLog) -> Non
     runtime = HandlerRuntime(log, reactor, options=FAST)
     async with running(runtime):
         await log.append(TaskSubmitted(text="eventually", run_id="r1"))
-        await eventually(lambda: asyncio.sleep(0, runtime.processed == 1), timeout=15)
+        await eventually(lambda: runtime.processed == 1, timeout=15)
     assert reactor.calls == 3
     assert [e.type for e in await run_events(log, "r1")] == ["task.submitted", "run.started"]
 
@@ -205,7 +205,7 @@ async def test_poison_and_exhausted_retries_become_dead_letters(log: EventLog) -
     async with running(runtime):
         await log.append(TaskSubmitted(text="poison", run_id="p", tenant="acme"))
         await log.append(TaskSubmitted(text="never works", run_id="n"))
-        await eventually(lambda: asyncio.sleep(0, runtime.dead_lettered == 2), timeout=20)
+        await eventually(lambda: runtime.dead_lettered == 2, timeout=20)
         await eventually(_no_ack_pending(log, "flaky"))
     records = await events_of(log, f"{log.cfg.root}.*.system.*.bus.*")
     assert all(isinstance(r, BusDeadLettered) for r in records)
@@ -221,7 +221,7 @@ async def test_two_instances_share_one_durable_and_split_the_work(log: EventLog)
     b = HandlerRuntime(log, EchoReactor(), options=FAST)
     async with running(a), running(b):
         await log.append_batch([TaskSubmitted(text=str(i), run_id=f"r{i}") for i in range(40)])
-        await eventually(lambda: asyncio.sleep(0, a.processed + b.processed == 40), timeout=15)
+        await eventually(lambda: a.processed + b.processed == 40, timeout=15)
     info = await log.js.stream_info(log.cfg.log_stream)
     assert info.state.messages == 40 * 4
 
@@ -254,7 +254,7 @@ async def test_long_work_sends_in_progress_acks_and_is_not_redelivered(log: Even
     runtime = HandlerRuntime(log, reactor, options=FAST)  # ack_wait 1s
     async with running(runtime):
         await log.append(TaskSubmitted(text="take your time", run_id="r1"))
-        await eventually(lambda: asyncio.sleep(0, runtime.processed == 1), timeout=15)
+        await eventually(lambda: runtime.processed == 1, timeout=15)
         await asyncio.sleep(1.5)  # a redelivery would have arrived by now
     assert reactor.calls == 1
     assert [e.type for e in await run_events(log, "r1")] == ["task.submitted", "run.started"]

@@ -688,7 +688,7 @@ async def test_projections_skip_a_misplaced_event_and_move_past_it(late: Case) -
     assert ghost.id not in ids and seq not in seqs and after.event_id in ids
     assert rig.host is not None
     audit = rig.host.projectors[0]
-    await eventually(lambda: asyncio.sleep(0, audit.position >= seq))
+    await eventually(lambda: audit.position >= seq)
     from nanocrab.projections import audit_rows
 
     assert "toolu_ghost" not in {r.call_id for r in await audit_rows(rig.engine)}
@@ -823,7 +823,7 @@ async def test_kill_9_mid_write_then_a_fresh_executor_reports_interrupted(late: 
     call = await rig.call(run, "write", {"path": "k.txt", "content": "side effect"})
     async with doomed_executor(rig.log, rig.workspace.parent, rig.workspace) as pid:
         await rig.wait(run, ToolStarted, lambda e: e.call_id == call, timeout=30)
-        await eventually(lambda: asyncio.sleep(0, lines(rig.workspace / "k.txt") != []))
+        await eventually(lambda: lines(rig.workspace / "k.txt") != [])
         kill_9(pid)
     async with late.executor():
         outcome = await completed(rig, run, call)
@@ -843,7 +843,7 @@ async def test_kill_9_mid_read_then_the_idempotent_read_is_retried(late: Case) -
     call = await rig.call(run, "read", {"path": "notes.txt"})
     async with doomed_executor(rig.log, rig.workspace.parent, rig.workspace) as pid:
         await rig.wait(run, ToolStarted, lambda e: e.call_id == call, timeout=30)
-        await eventually(lambda: asyncio.sleep(0, lines(rig.workspace / "reads.log") != []))
+        await eventually(lambda: lines(rig.workspace / "reads.log") != [])
         kill_9(pid)
     async with late.executor():
         outcome = await completed(rig, run, call)

@@ -55,7 +55,7 @@ async def test_host_restarts_a_crashed_background_loop(
     host = Host(log, sqlite_engine, [reactor], projections=[], options=FAST)
     await host.start()
     try:
-        await eventually(lambda: asyncio.sleep(0, reactor.ticks > 0), timeout=20)
+        await eventually(lambda: reactor.ticks > 0, timeout=20)
         (item,) = host.supervised
         assert item.name == "crashy" and item.restarts == 2
         assert item.last_error == "RuntimeError('crash 2')"
@@ -156,7 +156,7 @@ async def test_a_run_stuck_before_a_restart_is_timed_out_by_the_next_process(
         outcome = await eventually(failed, timeout=20)
         assert outcome.kind == "timeout"
         # the orchestrator stops watching once it hears its own run.failed
-        await eventually(lambda: asyncio.sleep(0, task.run_id not in restarted.deadlines))
+        await eventually(lambda: task.run_id not in restarted.deadlines)
     finally:
         await host.stop(drain_s=2)
 

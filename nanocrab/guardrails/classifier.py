@@ -35,6 +35,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+import ahocorasick  # type: ignore[import-not-found]
 import numpy as np
 
 from nanocrab.memory.embedder import Embedder
@@ -48,40 +49,88 @@ _WINDOW = 300  # characters per window (~60-80 word pieces)
 
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 # Cue groups; a window of a long text is read when it hits two different groups. Latin words
-# plus the commonest words of the other scripts the training set covers.
-_CUES: dict[str, re.Pattern[str]] = {
-    "address": re.compile(
-        r"\b(?:you|your|assistant|ai|a\.i\.|model|llm|bot|agent|gpt|chatgpt|claude|gemini|"
-        r"copilot|helper|du|dir|dich|vous|tu|usted|voi|jij|ты|вы)\b|助手|アシスタント|어시스턴트"
-    ),
-    "directive": re.compile(
-        r"\b(?:ignore|disregard|forget|instead|must|immediately|urgent|important|instruction|"
-        r"please|kindly|never mind|drop|pretend|imagine|act as|role-?play|stop|"
-        r"instructions|prompt|system|override|priority|new task|from now on|do not tell|"
-        r"don't tell|without asking|silently|quietly|before you|ignoriere|vergiss|ignore[rz]|"
-        r"oublie|ignora|olvida|dimentica|negeer|zignoruj|игнорируй|забудь)\b|忽略|无视|無視|무시"
-    ),
-    "action": re.compile(
-        r"\b(?:send|transfer|wire|forward|email|e-mail|upload|post|share|delete|remove|grant|"
-        r"invite|run|execute|install|download|click|visit|buy|pay|approve|unlock|disable|"
-        r"reveal|print|output|repeat|say|respond|reply|answer|include|append|translate|"
-        r"write|tell|show|display|leak|exfiltrate)\b"
-    ),
-    "secret": re.compile(
-        r"\b(?:password|passphrase|passcode|secret|credentials?|api key|token|access code|"
-        r"access granted|system prompt|confidential|private key|\.env|ssh)\b|"
-        r"密码|パスワード|비밀번호|пароль"
-    ),
+# (matched as whole words) plus the commonest words of the other scripts the training set
+# covers (the CJK ones and "пароль" match inside words too, as their scripts do not space words).
+_CUE_WORDS: dict[str, tuple[str, ...]] = {
+    "address": ("you", "your", "assistant", "ai", "a.i.", "model", "llm", "bot", "agent", "gpt",
+                "chatgpt", "claude", "gemini", "copilot", "helper", "du", "dir", "dich", "vous",
+                "tu", "usted", "voi", "jij", "ты", "вы"),
+    "directive": ("ignore", "disregard", "forget", "instead", "must", "immediately", "urgent",
+                  "important", "instruction", "please", "kindly", "never mind", "drop",
+                  "pretend", "imagine", "act as", "roleplay", "role-play", "stop",
+                  "instructions", "prompt", "system", "override", "priority", "new task",
+                  "from now on", "do not tell", "don't tell", "without asking", "silently",
+                  "quietly", "before you", "ignoriere", "vergiss", "ignorer", "ignorez",
+                  "oublie", "ignora", "olvida", "dimentica", "negeer", "zignoruj", "игнорируй",
+                  "забудь"),
+    "action": ("send", "transfer", "wire", "forward", "email", "e-mail", "upload", "post",
+               "share", "delete", "remove", "grant", "invite", "run", "execute", "install",
+               "download", "click", "visit", "buy", "pay", "approve", "unlock", "disable",
+               "reveal", "print", "output", "repeat", "say", "respond", "reply", "answer",
+               "include", "append", "translate", "write", "tell", "show", "display", "leak",
+               "exfiltrate"),
+    "secret": ("password", "passphrase", "passcode", "secret", "credential", "credentials",
+               "api key", "token", "access code", "access granted", "system prompt",
+               "confidential", "private key", ".env", "ssh"),
+}  # fmt: skip
+_CUE_ANYWHERE: dict[str, tuple[str, ...]] = {
+    "address": ("助手", "アシスタント", "어시스턴트"),
+    "directive": ("忽略", "无视", "無視", "무시"),
+    "secret": ("密码", "パスワード", "비밀번호", "пароль"),
 }
+_GROUP_BIT = {group: 1 << i for i, group in enumerate(_CUE_WORDS)}
+_SHORT_CUES = _GROUP_BIT["address"] | _GROUP_BIT["directive"] | _GROUP_BIT["secret"]
+_ALL_CUES = sum(_GROUP_BIT.values())
 
 
-_SHORT_CUES = ("address", "directive", "secret")
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
-def has_cue(text: str, *groups: str) -> bool:
-    """Whether ``text`` hits one of the cue ``groups`` (``address``, ``directive``,
-    ``action``, ``secret``)."""
-    return any(_CUES[g].search(text) is not None for g in groups)
+def _cue_automaton() -> ahocorasick.Automaton:
+    """Every cue in one Aho-Corasick automaton; a cue's value: ``(length, group bits, bounded,
+    first is a word character, last is a word character)`` (``bounded``: checked for ``\\b``
+    at both ends, as a regular expression ``\\b(?:...)\\b`` would)."""
+    entries: dict[str, tuple[int, int, bool, bool, bool]] = {}
+    for table, bounded in ((_CUE_WORDS, True), (_CUE_ANYWHERE, False)):
+        for group, words in table.items():
+            for word in words:
+                bits = entries[word][1] if word in entries else 0
+                entries[word] = (len(word), bits | _GROUP_BIT[group], bounded,
+                                 _is_word(word[0]), _is_word(word[-1]))  # fmt: skip
+    automaton = ahocorasick.Automaton()
+    for word, value in entries.items():
+        automaton.add_word(word, value)
+    automaton.make_automaton()
+    return automaton
+
+
+_CUE_AUTOMATON = _cue_automaton()
+
+
+def cue_groups(text: str, enough: int = _ALL_CUES) -> int:
+    """The cue groups ``text`` hits, as bits of ``_GROUP_BIT``, in one pass over the text
+    (four alternation regexes took ~0.6 ms for the windows of a 4 KB source file); stops once
+    every group in ``enough`` is found."""
+    found = 0
+    last = len(text) - 1
+    for end, (length, bits, bounded, word_first, word_last) in _CUE_AUTOMATON.iter(text):
+        if not bits & ~found:
+            continue
+        if bounded:
+            start = end - length + 1
+            if start > 0 and _is_word(text[start - 1]) == word_first:
+                continue
+            if start == 0 and not word_first:
+                continue
+            if end < last and _is_word(text[end + 1]) == word_last:
+                continue
+            if end == last and not word_last:
+                continue
+        found |= bits
+        if found & enough == enough:
+            break
+    return found
 
 
 def windows(text: str) -> list[str]:
@@ -92,7 +141,7 @@ def windows(text: str) -> list[str]:
     if len(text) <= SHORT:
         # a short text is read whole, when it speaks to someone, directs or names a secret:
         # "what is in notes.txt?" costs nothing, "what's the password?" is read
-        return [text] if any(_CUES[g].search(text) for g in _SHORT_CUES) else []
+        return [text] if cue_groups(text, _SHORT_CUES) & _SHORT_CUES else []
     sentences = [s for s in _SENTENCE.split(text) if s.strip()]
     scored: list[tuple[int, int, str]] = []
     i = 0
@@ -103,7 +152,7 @@ def windows(text: str) -> list[str]:
             window += " " + sentences[j].strip()
             j += 1
         window = window[:_WINDOW]
-        groups = sum(1 for rx in _CUES.values() if rx.search(window))
+        groups = cue_groups(window).bit_count()
         if groups >= 2:
             scored.append((-groups, i, window))
         i = j

@@ -29,6 +29,7 @@ docs/guardrails.md.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 
@@ -51,10 +52,13 @@ _IGNORED_AT: dict[Checkpoint, frozenset[str]] = {
     "reply": frozenset({"imperative", "action"}),
 }
 _SHORT = 600  # texts up to this length are also read as rot13 and in leetspeak
-# Rules run only near their anchors in long texts: a match reaches at most ~_REACH characters
-# from an anchor (the longest rule spans ~300), and a 4 KB text then costs a fraction of a
-# full scan per rule; past _MAX_WINDOWS occurrences the whole text is scanned.
+# Rules run only near their anchors in long texts: a match reaches at most its rule's width
+# (bounded patterns), or ~_REACH characters (the longest unbounded rule's matches span ~300),
+# from an anchor, and a 4 KB text then costs a fraction of a full scan per rule; past
+# _MAX_WINDOWS occurrences the whole text is scanned.
 _REACH = 320
+_LOOKAHEAD = 64  # a window ends this far past a match's reach: a search stops at its end, and
+# a rule's closing look-ahead ("(?!-)", "\b") must see the text that follows, not the end
 _MAX_WINDOWS = 40
 _WINDOWED = 1500
 # words that must appear in a long text's spaced-out/leet variant for it to be re-scanned
@@ -91,14 +95,14 @@ def _anchor_hits(text: str) -> dict[str, list[int]]:
     return hits
 
 
-def _windows(starts: list[int], text_length: int) -> list[tuple[int, int]] | None:
+def _windows(starts: list[int], text_length: int, reach: int) -> list[tuple[int, int]] | None:
     """Merged ``[start, end)`` windows around anchor occurrences, or ``None`` when they would
     cover most of the text anyway (then the whole text is scanned once)."""
     if len(starts) > _MAX_WINDOWS:
         return None
     merged: list[tuple[int, int]] = []
     for pos in sorted(starts):
-        start, end = max(0, pos - _REACH), pos + _REACH
+        start, end = max(0, pos - reach), pos + reach + _LOOKAHEAD
         if merged and start <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
@@ -106,6 +110,24 @@ def _windows(starts: list[int], text_length: int) -> list[tuple[int, int]] | Non
     if sum(e - s for s, e in merged) > text_length * 4 // 5:
         return None
     return merged
+
+
+def _together(groups: list[list[int]], reach: int) -> list[int]:
+    """The occurrences of the rarest anchor group that have an occurrence of every other group
+    within ``reach``: a match holds one anchor of each group, so only there can one start."""
+    rarest = min(groups, key=len)
+    others = [sorted(g) for g in groups if g is not rarest]
+    if not others:
+        return rarest
+    kept = []
+    for pos in rarest:
+        for other in others:
+            i = bisect.bisect_left(other, pos - reach)
+            if i == len(other) or other[i] > pos + reach:
+                break
+        else:
+            kept.append(pos)
+    return kept
 
 
 def _scan(text: str, ignored: frozenset[str]) -> dict[str, _Match]:
@@ -119,15 +141,21 @@ def _scan(text: str, ignored: frozenset[str]) -> dict[str, _Match]:
         current = best.get(rule.family)
         if current is not None and current.weight >= rule.weight:
             continue
-        starts: list[int] | None = None
+        groups: list[list[int]] = []
         for group in rule.anchors:
             found = [pos for a in group for pos in hits.get(a, ())]
             if not found:
                 break
-            if starts is None or len(found) < len(starts):
-                starts = found
+            groups.append(found)
         else:
-            windows = _windows(starts, len(text)) if long_text and starts is not None else None
+            windows = None
+            if long_text and groups:
+                # (a few characters over the width: an anchor may overhang its match, " ai")
+                reach = min((rule.width or _REACH) + 8, _REACH)
+                starts = _together(groups, reach)
+                if not starts:
+                    continue  # the anchors never come within one match's reach of each other
+                windows = _windows(starts, len(text), reach)
             match = _first(rule, text, windows or whole)
             if match is not None:
                 best[rule.family] = _Match(rule.family, rule.name, rule.weight, *match)

@@ -18,6 +18,8 @@ BIPIA's task-irrelevant instructions).
 from __future__ import annotations
 
 import re
+from re import _constants as re_constants  # type: ignore[attr-defined]
+from re import _parser as re_parser  # type: ignore[attr-defined]
 
 import ahocorasick  # type: ignore[import-not-found]
 
@@ -289,8 +291,8 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "you_ai_must": (("must", "should", "need to", "have to", "required", "instructed",
                      "ordered", "will now", "shall"),),
     "signed_user": (("</",),),
-    "chat_tokens": (("im_start", "im_end", "<|", "[inst", "[/inst", "<<sys", "<</sys", "[system",
-                     "[/system", "{{system", "assistant", "endoftext", "eot_id",
+    "chat_tokens": (("im_start", "im_end", "<|", "<system", "[inst", "[/inst", "<<sys", "<</sys",
+                     "[system", "[/system", "{{system", "assistant", "endoftext", "eot_id",
                      "start_header", "end_of_turn", "begin_of_text"),),
     "system_tag": (("<",),),
     "system_header": (("system", "admin", "developer", "root", "sudo", "important",
@@ -422,9 +424,12 @@ class Rule:
     compile, and a short text reaches only the few whose anchors it holds: a command's start
     does not pay for the rest). ``word_start``: the pattern began with ``\\b``, which is
     checked in Python instead (a leading ``\\b`` stops ``re`` from skipping ahead to candidate
-    first characters, making a scan several times slower)."""
+    first characters, making a scan several times slower). ``width``: the most characters a
+    match can span (from the parsed pattern; ``None`` when unbounded), so a long text is searched
+    only that far around an anchor."""
 
-    __slots__ = ("_compiled", "anchors", "body", "family", "name", "weight", "word_start")
+    __slots__ = ("_compiled", "_width", "anchors", "body", "family", "name", "weight",
+                 "word_start")  # fmt: skip
 
     def __init__(self, family: str, name: str, weight: float, pattern: str) -> None:
         self.family = family
@@ -434,12 +439,20 @@ class Rule:
         self.body = pattern[2:] if self.word_start else pattern
         self.anchors: tuple[tuple[str, ...], ...] = ANCHORS.get(name, ())
         self._compiled: re.Pattern[str] | None = None
+        self._width: int | None = -1
 
     @property
     def pattern(self) -> re.Pattern[str]:
         if self._compiled is None:  # two threads may both compile: the same pattern either way
             self._compiled = re.compile(self.body, re.DOTALL | re.MULTILINE)
         return self._compiled
+
+    @property
+    def width(self) -> int | None:
+        if self._width == -1:
+            _, most = re_parser.parse(self.body, re.DOTALL | re.MULTILINE).getwidth()
+            self._width = None if most >= re_constants.MAXREPEAT else int(most)
+        return self._width
 
 
 def _compile(family: str, name: str, weight: float, pattern: str) -> Rule:

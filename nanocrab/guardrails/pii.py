@@ -41,13 +41,17 @@ LABELS: dict[Entity, str] = {
     "national_id": "NATIONAL_ID", "ip": "IP",
 }  # fmt: skip
 
-_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+# Patterns begin with a character class, not a look-behind: ``re`` then skips ahead to candidate
+# first characters (a pattern that does not try every position of a 4 KB text, ~100 µs). The
+# character before a match is checked by :func:`_matches`, which keeps the look-behind's
+# meaning exactly.
+_EMAIL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
                     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])")
 # noreply/service addresses in code and git metadata are not personal data
 _NOT_PERSONAL_EMAIL = re.compile(r"^(?:git|noreply|no-reply|donotreply|\d+\+[\w-]+)@|"
                                  r"@(?:users\.noreply\.github\.com|example\.(?:com|org|net))$",
                                  re.IGNORECASE)
-_PHONE = re.compile(r"(?<![\w+.\-/:])(?:\+|00)?\(?\d[\d().\- \u00a0]{5,18}\d(?![\w.\-/:])")
+_PHONE = re.compile(r"(?:\+\(?\d|00\(?\d|\(\d|\d)[\d().\- \u00a0]{5,18}\d(?![\w.\-/:])")
 _PHONE_CONTEXT = re.compile(r"(?:phone|tel|telephone|mobile|cell|call|fax|whatsapp|sms|text me|"
                             r"contact|teléfono|téléphone|telefon|telefono|móvil|portable|"
                             r"手机|电话|номер|телефон)\W{0,3}(?:\w+\W{1,3}){0,3}$", re.IGNORECASE)
@@ -55,9 +59,9 @@ _NANP_DOTS = re.compile(r"^\(?\d{3}\)?\.\d{3}\.\d{4}$")
 # national formats tried when a number is not valid in the configured region
 _FALLBACK_REGIONS = ("GB", "DE", "FR", "ES", "IT", "NL", "IN", "AU", "CA", "JP", "BR", "CN")
 _DATE_LIKE = re.compile(r"^\d{4}[-./]\d{1,2}[-./]\d{1,2}$|^\d{1,2}[-./]\d{1,2}[-./]\d{2,4}$")
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
+_CARD = re.compile(r"\d(?:[ -]?\d){12,18}(?![\d-])")
 _CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|6(?:011|5|4[4-9]|2)|35)")
-_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])")
+_IBAN = re.compile(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])")
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.]|\.\d)")
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{1,4}:){2,7}:?[0-9A-Fa-f]{0,4}(?:/\d{1,3})?(?![\w:])"
                    r"|(?<![\w:])::(?:[0-9A-Fa-f]{1,4}:){0,6}[0-9A-Fa-f]{1,4}(?![\w:])")
@@ -70,6 +74,9 @@ _VERSION_BEFORE = re.compile(r"\b(?:v|version|ver\.?|release|build)\s*$", re.IGN
 _ID_CONTEXT = re.compile(r"(?:ssn|social security|sin|nin|national (?:id|insurance)|dni|nie|"
                          r"cpf|aadhaar|codice fiscale|nir|sécurité sociale|身份证|id number|"
                          r"passport|tax id|steuer)", re.IGNORECASE)
+# the same words over a lower-cased text: IGNORECASE makes ``re`` try every position (~200 µs
+# for 4 KB against ~20 µs)
+_ID_CONTEXT_LOWER = re.compile(_ID_CONTEXT.pattern)
 _NINO = re.compile(r"(?<![A-Za-z0-9])(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
                    r" ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![A-Za-z0-9])")
 # (kind, candidate pattern, validator, needs a context word, characters refused just before)
@@ -93,6 +100,37 @@ _NATIONAL: tuple[tuple[str, re.Pattern[str], Callable[[str], bool], bool, str], 
 )  # fmt: skip
 
 
+def _matches(pattern: re.Pattern[str], text: str, refused: Callable[[str], bool],
+             ) -> Iterator[re.Match[str]]:  # fmt: skip
+    """``pattern``'s matches in ``text`` not preceded by a character ``refused`` accepts: what
+    ``(?<!...)pattern`` finds. A refused match is tried again one character later (not after
+    its end), so a candidate starting inside it is still found."""
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        start = m.start()
+        if start and refused(text[start - 1]):
+            pos = start + 1
+            continue
+        yield m
+        pos = max(m.end(), start + 1)
+
+
+def _email_refused(ch: str) -> bool:
+    return ch.isalnum() or ch in "_.%+-"
+
+
+def _phone_refused(ch: str) -> bool:
+    return ch.isalnum() or ch in "_+.-/:"
+
+
+def _card_refused(ch: str) -> bool:
+    return ch.isdecimal() or ch == "-"
+
+
+def _iban_refused(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
 def _context_before(text: str, start: int, pattern: re.Pattern[str], width: int = 40) -> bool:
     return bool(pattern.search(text[max(0, start - width) : start]))
 
@@ -100,13 +138,13 @@ def _context_before(text: str, start: int, pattern: re.Pattern[str], width: int 
 def _emails(text: str) -> Iterator[Finding]:
     if "@" not in text:
         return
-    for m in _EMAIL.finditer(text):
+    for m in _matches(_EMAIL, text, _email_refused):
         score = 0.5 if _NOT_PERSONAL_EMAIL.search(m.group(0)) else 0.95
         yield Finding("pii", "EMAIL", "email", m.start(), m.end(), score)
 
 
 def _phones(text: str, region: str) -> Iterator[Finding]:
-    for m in _PHONE.finditer(text):
+    for m in _matches(_PHONE, text, _phone_refused):
         raw = m.group(0).strip()
         digits = sum(ch.isdigit() for ch in raw)
         if digits < 7 or digits > 15 or _DATE_LIKE.match(raw):
@@ -135,7 +173,7 @@ def _valid_phone(raw: str, region: str | None) -> bool:
 
 
 def _cards(text: str) -> Iterator[Finding]:
-    for m in _CARD.finditer(text):
+    for m in _matches(_CARD, text, _card_refused):
         digits = re.sub(r"[ -]", "", m.group(0))
         if 13 <= len(digits) <= 19 and luhn.is_valid(digits):
             score = 0.95 if _CARD_PREFIX.match(digits) else 0.6
@@ -145,13 +183,13 @@ def _cards(text: str) -> Iterator[Finding]:
 
 
 def _ibans(text: str) -> Iterator[Finding]:
-    for m in _IBAN.finditer(text):
+    for m in _matches(_IBAN, text, _iban_refused):
         if std_iban.is_valid(m.group(0)):
             yield Finding("pii", "IBAN", "iban", m.start(), m.end(), 0.95)
 
 
 def _national_ids(text: str) -> Iterator[Finding]:
-    any_context = _ID_CONTEXT.search(text) is not None
+    any_context = _ID_CONTEXT_LOWER.search(text.lower()) is not None
     # ids made of digits are looked for only inside runs of 9+ digits and separators (one
     # scan), instead of running each pattern over the whole text
     runs = [(m.start(), m.group(0)) for m in _DIGIT_RUN.finditer(text)]

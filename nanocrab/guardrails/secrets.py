@@ -47,11 +47,15 @@ _PREFIXED: tuple[tuple[str, str], ...] = (
 _PREFIX_RES = tuple((name, re.compile(rx)) for name, rx in _PREFIXED)
 
 # a secret-looking name, an assignment (=, :, =>), a quoted or bare value
-_ASSIGNED = re.compile(
-    r"(?i)(?P<name>(?:api[_-]?key|secret|token|passw(?:or)?d|passwd|pwd|credential|"
+_ASSIGNED_PATTERN = (
+    r"(?P<name>(?:api[_-]?key|secret|token|passw(?:or)?d|passwd|pwd|credential|"
     r"auth[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)[\w.-]*)"
     r"[\"']?\s*(?::=|=>|=|:)\s*(?P<q>[\"']?)(?P<value>[^\s\"'`,;)}\]]{8,200})(?P=q)"
 )
+# matched on the lower-cased text (case-insensitive matching makes ``re`` try every position:
+# ~330 µs for 4 KB against ~50 µs); the text as given when lower-casing changed its length
+_ASSIGNED_LOWER = re.compile(_ASSIGNED_PATTERN)
+_ASSIGNED = re.compile(_ASSIGNED_PATTERN, re.IGNORECASE)
 _PLACEHOLDER_VALUE = re.compile(r"(?i)^(?:<[^>]*>|\$\{?[\w.]+\}?|%\(?\w+\)?s?|\{\{.*\}\}|"
                                 r"x{4,}|\*{3,}|(?:your|my|the|some|example|dummy|fake|test|"
                                 r"changeme|placeholder|redacted|none|null|true|false)[\w-]*|"
@@ -96,13 +100,15 @@ def detect_secrets(text: str) -> list[Finding]:
                 continue
             label = "PRIVATE_KEY" if kind == "private_key" else "SECRET"
             found.append(Finding("secrets", label, kind, start, m.end(), 0.95))
-    for m in _ASSIGNED.finditer(text):
-        value = m.group("value")
-        start = m.start("value")
+    lowered = text.lower()
+    same = len(lowered) == len(text)
+    for m in (_ASSIGNED_LOWER.finditer(lowered) if same else _ASSIGNED.finditer(text)):
+        start, end = m.span("value")
+        value = text[start:end]
         if any(f.start <= start < f.end for f in found):
             continue
         score = _entropy_score(value)
         if score:
-            found.append(Finding("secrets", "SECRET", "assigned", start, m.end("value"), score))
+            found.append(Finding("secrets", "SECRET", "assigned", start, end, score))
     found.sort(key=lambda f: f.start)
     return found

@@ -127,8 +127,12 @@ def despace(text: str, *, leet: bool = True) -> str:
 # is checked in Python.
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{20,}={0,2}")
 _HEX = re.compile(r"(?:[0-9A-Fa-f]{2}[ :]?){16,}")
-_URLENC = re.compile(r"(?:%[0-9A-Fa-f]{2}){4,}")
-_ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|&#x?[0-9A-Fa-f]{2,6};){4,}")
+# The first unit is written out: a pattern that starts with a literal (or a branch of them)
+# lets ``re`` skip to candidates; one that starts with a repeated group tries every position
+# (~70 µs for 4 KB against ~1-20 µs).
+_URLENC = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2}){3,}")
+_ESCAPE = r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|&#x?[0-9A-Fa-f]{2,6};)"
+_ESCAPES = re.compile(rf"{_ESCAPE}{_ESCAPE}{{3,}}")
 _MAX_DECODED = 8  # payloads decoded per text: a bound on work for adversarial input
 
 

@@ -80,9 +80,33 @@ def test_the_onnx_graph_is_built_once_and_cached(tmp_path: Path) -> None:
     assert len(files) == 1
     stamp = files[0].stat().st_mtime_ns
     second = MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
-    assert files[0].stat().st_mtime_ns == stamp and len(list(tmp_path.iterdir())) == 1
+    assert files[0].stat().st_mtime_ns == stamp and len(list(tmp_path.glob("*.onnx"))) == 1
     text = ["recall the deployment checklist"]
     assert np.array_equal(first.embed(text), second.embed(text))
+
+
+def test_the_cache_key_is_hashed_once_per_version_of_the_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing the 90 MB of weights is remembered under the files' identity; a changed file
+    is hashed again (and so never finds another version's graph)."""
+    from nanocrab.memory import onnx_minilm
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 4}')
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    cache = tmp_path / "cache"
+    first = onnx_minilm.known_key(model, cache)
+    assert first == onnx_minilm.model_key(model)
+    hashed: list[Path] = []
+    real = onnx_minilm.model_key
+    monkeypatch.setattr(onnx_minilm, "model_key", lambda d: hashed.append(d) or real(d))
+    assert onnx_minilm.known_key(model, cache) == first and hashed == []
+    (model / "model.safetensors").write_bytes(b"weights v2, longer")
+    second = onnx_minilm.known_key(model, cache)
+    assert second != first and hashed == [model]
+    assert onnx_minilm.known_key(model, cache) == second and hashed == [model]
 
 
 def test_an_unwritable_cache_still_loads(tmp_path: Path) -> None:

@@ -216,3 +216,34 @@ async def test_past_tasks_are_recalled_from_new_wording(
             recall += len(found & set(q["relevant"])) / len(q["relevant"])
     assert len(tasks) >= 100 and len(queries) >= 50
     assert recall / len(queries) >= 0.8
+
+
+async def test_plain_rows_read_what_sqlalchemy_reads_and_fail_as_it_does(
+    engine: AsyncEngine, store: VectorStore
+) -> None:
+    """The recall's one-trip reads (memory/sqlrows.py) give the rows, the column names and the
+    errors that ``conn.execute`` gives, on every backend."""
+    from sqlalchemy import Column, Integer, MetaData, Table, literal, select
+    from sqlalchemy.exc import DBAPIError
+
+    from nanocrab.memory.sqlrows import plain_rows
+    from nanocrab.memory.store import memory_vectors
+
+    async with engine.begin() as conn:
+        await store.add(conn, items(unit_vectors(5)))
+    stmt = (
+        select(memory_vectors.c.seq, memory_vectors.c.item_id, memory_vectors.c.vector,
+               literal(7).label("seven"))
+        .where(memory_vectors.c.seq > 1)
+        .order_by(memory_vectors.c.seq)
+        .limit(3)
+    )  # fmt: skip
+    async with engine.connect() as conn:
+        expected = [tuple(r) for r in (await conn.execute(stmt)).all()]
+        rows = await plain_rows(conn, stmt)
+        assert [tuple(r) for r in rows] == expected and len(expected) == 3
+        assert [r.item_id for r in rows] == [r[1] for r in expected]
+        assert rows[0]._mapping["seven"] == 7 and bytes(rows[0].vector) == bytes(expected[0][2])
+        missing = Table("no_such_table", MetaData(), Column("x", Integer))
+        with pytest.raises(DBAPIError):
+            await plain_rows(conn, select(missing.c.x))

@@ -9,8 +9,10 @@ feed-forward, residual, LayerNorm; then mean pooling over the attention mask). T
 output is the pooled vector, not yet normalised.
 
 :func:`cached_model` writes it once to ``<cache dir>/minilm-<sha256 of the weights, the config
-and the graph layout>.onnx`` (~90 MB), so later loads skip the rebuild (~1 s); an unwritable
-cache directory only means the graph is rebuilt in memory at each load.
+and the graph layout>.onnx`` (~90 MB), so later loads skip the rebuild (~1 s); the key itself
+is remembered in ``<cache dir>/keys.json`` under the files' identity (:func:`known_key`), so
+later loads skip hashing the weights too. An unwritable cache directory only means the graph is
+rebuilt in memory at each load.
 
 onnxruntime ships no type stubs: :class:`OrtSession` is the narrow typed surface used here.
 """
@@ -63,14 +65,49 @@ def default_cache_dir() -> Path:
     return Path(base) / "nanocrab" / "models"
 
 
+_KEYED = ("config.json", "model.safetensors")
+
+
 def model_key(model_dir: Path) -> str:
     """The cache key: SHA-256 of the weights, the config and the graph layout (24 hex digits)."""
     digest = hashlib.sha256(_GRAPH_LAYOUT.encode())
-    for name in ("config.json", "model.safetensors"):
+    for name in _KEYED:
         with (model_dir / name).open("rb") as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
     return digest.hexdigest()[:24]
+
+
+def known_key(model_dir: Path, cache_dir: Path) -> str:
+    """:func:`model_key`, remembered in ``<cache dir>/keys.json`` under the files' identity
+    (path, device, inode, size, modification time): hashing 90 MB of weights took ~65 ms of
+    every model load. Any change to a file changes its identity, and the key is computed again."""
+    try:
+        stats = [(model_dir / name).resolve().stat() for name in _KEYED]
+    except OSError:
+        return model_key(model_dir)
+    identity = "|".join(f"{(model_dir / n).resolve()}:{s.st_dev}:{s.st_ino}:{s.st_size}:"
+                        f"{s.st_mtime_ns}" for n, s in zip(_KEYED, stats, strict=True))  # fmt: skip
+    identity = f"{_GRAPH_LAYOUT}|{identity}"
+    keys_file = cache_dir / "keys.json"
+    try:
+        keys = json.loads(keys_file.read_text())
+        if isinstance(keys, dict) and isinstance(keys.get(identity), str):
+            return str(keys[identity])
+    except (OSError, ValueError):
+        keys = {}
+    key = model_key(model_dir)
+    try:
+        keys = keys if isinstance(keys, dict) else {}
+        keys[identity] = key
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".keys-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(keys, f)
+        os.replace(tmp, keys_file)
+    except OSError as exc:
+        log.debug("cannot remember the model's key in %s: %s", cache_dir, exc)
+    return key
 
 
 # -- ONNX protobuf, written directly ------------------------------------------------------
@@ -237,7 +274,7 @@ def cached_model(model_dir: Path, cache_dir: Path | None = None) -> Path | bytes
     """The model file in the cache (built and written on first use), or the model's bytes when
     the cache directory cannot be written."""
     cache_dir = cache_dir or default_cache_dir()
-    path = cache_dir / f"minilm-{model_key(model_dir)}.onnx"
+    path = cache_dir / f"minilm-{known_key(model_dir, cache_dir)}.onnx"
     if path.is_file():
         return path
     data = build_model(model_dir)

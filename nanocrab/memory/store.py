@@ -51,6 +51,7 @@ from sqlalchemy.sql.dml import Insert
 from nanocrab.memory import sqlite_vec
 from nanocrab.memory.embedder import Vectors
 from nanocrab.memory.errors import DimensionError, NanocrabMemoryError
+from nanocrab.memory.sqlrows import plain_rows
 
 log = logging.getLogger(__name__)
 
@@ -448,7 +449,8 @@ class _ExactIndex:
             )  # fmt: skip
         if generation != self._generation:
             self._reset(generation)
-        result = await conn.execute(
+        rows = await plain_rows(
+            conn,
             select(
                 memory_vectors.c.seq,
                 memory_vectors.c.kind,
@@ -456,9 +458,8 @@ class _ExactIndex:
                 memory_vectors.c.item_id,
             )
             .where(memory_vectors.c.seq > self._last_seq)
-            .order_by(memory_vectors.c.seq)
+            .order_by(memory_vectors.c.seq),
         )
-        rows = result.all()
         if not rows:
             return
         need = self._n + len(rows)

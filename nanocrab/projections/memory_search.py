@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, literal, select, true
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.events import MemoryRecalled
 from nanocrab.memory import Embedder, MemoryItem, NanocrabMemoryError, Vectors, VectorStore
+from nanocrab.memory.sqlrows import plain_rows
 from nanocrab.memory.store import memory_store_meta, memory_vectors
 from nanocrab.projections.memory import MEMORY_DIM, EmbedderFactory, memory_items
 
@@ -138,23 +139,52 @@ async def vectorise(
 
 async def _pending(conn: AsyncConnection, mem: _EngineMemory, limit: int) -> list[Any]:
     """The oldest ``limit`` items without a vector (all of ``memory_items``' columns); none
-    when there are no memory tables yet. A new store generation (a rebuild) starts over."""
+    when there are no memory tables yet. A new store generation (a rebuild) starts over.
+    One statement reads the store's generation and the items (each statement is a round trip
+    to the database thread, and on a busy event loop every one costs milliseconds)."""
     try:
-        generation = await conn.scalar(
-            select(memory_store_meta.c.generation).where(memory_store_meta.c.name == "vectors")
-        )
-        if generation != mem.generation:  # a rebuild: everything again
+        for _ in range(2):
+            rows = await plain_rows(conn, _pending_query(mem.upto, limit))
+            generation = rows[0].store_generation
+            if generation == mem.generation:
+                break
+            # a rebuild: everything again (read again only if the items read were past 0)
+            fresh = mem.upto == 0
             mem.generation, mem.upto, mem.ready = generation, 0, False
-        return list((await conn.execute(
-            select(memory_items)
-            .select_from(memory_items.outerjoin(
-                memory_vectors, memory_items.c.item_id == memory_vectors.c.item_id))
-            .where(memory_items.c.seq > mem.upto, memory_vectors.c.item_id.is_(None))
-            .order_by(memory_items.c.seq).limit(limit)
-        )).all())  # fmt: skip
+            if fresh:
+                break
+        return [r for r in rows if r.item_id is not None]
     except DBAPIError:
         await conn.rollback()
         return []
+
+
+def _pending_query(upto: int, limit: int) -> Select[Any]:
+    """One row per pending item, each with the store's generation; one row of ``NULL`` items
+    when none is pending (the generation still read). Plain columns only (:func:`plain_rows`):
+    what a recall shows and :func:`vectorise` stores."""
+    items = memory_items.c
+    pending = (
+        select(items.item_id, items.seq, items.kind, items.text, items.outcome, items.summary,
+               items.tools, items.files)
+        .select_from(memory_items.outerjoin(
+            memory_vectors, memory_items.c.item_id == memory_vectors.c.item_id))
+        .where(memory_items.c.seq > upto, memory_vectors.c.item_id.is_(None))
+        .order_by(memory_items.c.seq).limit(limit)
+        .subquery("pending")
+    )  # fmt: skip
+    generation = (
+        select(memory_store_meta.c.generation)
+        .where(memory_store_meta.c.name == "vectors")
+        .scalar_subquery()
+        .label("store_generation")
+    )
+    one = select(literal(1).label("one")).subquery("one")
+    return (
+        select(generation, *pending.c)
+        .select_from(one.outerjoin(pending, true()))
+        .order_by(pending.c.seq)
+    )
 
 
 def _store_later(engine: AsyncEngine, mem: _EngineMemory, factory: EmbedderFactory) -> None:

@@ -483,12 +483,20 @@ async def breakdown(log: EventLog, run_ids: Sequence[str]) -> tuple[list[str], i
     order: list[str] = []
     typical = 0
     totals: list[float] = []
+    recalled: list[float] = []  # llm.requested → memory.recalled (the recall the call awaits)
     for rid in run_ids:
-        stored = after_the_end_removed(await read_run(log, rid))
+        everything = await read_run(log, rid)
+        stored = after_the_end_removed(everything)
         types = [s.event.type for s in stored if s.event is not None]
         if types != ONE_TOOL_FLOW:
             continue
         typical += 1
+        first = {}
+        for s in everything:
+            if s.event is not None and s.event.type not in first:
+                first[s.event.type] = s.event.time
+        if "memory.recalled" in first:
+            recalled.append((first["memory.recalled"] - first["llm.requested"]).total_seconds())
         stages = stage_times(stored)
         for (label, secs), st in zip(stages, stored_times(stored), strict=True):
             if label not in per_stage:
@@ -507,4 +515,10 @@ async def breakdown(log: EventLog, run_ids: Sequence[str]) -> tuple[list[str], i
             f"  {label:<44} {med * 1000:7.3f}ms {med_st * 1000:7.3f}ms {share:5.1f}% {bar}"
         )
     lines.append(f"  {'task.submitted → run.completed (sum)':<44} {total * 1000:7.3f}ms")
+    if recalled:
+        lines.append(
+            f"  of llm.requested → llm.responded, the wait for the run-start recall "
+            f"(→ memory.recalled): {statistics.median(recalled) * 1000:.3f}ms median "
+            f"({len(recalled)} of {typical} runs recalled something)"
+        )
     return lines, typical

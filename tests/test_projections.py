@@ -21,6 +21,8 @@ from nanocrab.projections import (
     run_timeline,
     run_timeline_rows,
 )
+from nanocrab.projections import projector as projector_module
+from nanocrab.projections.feed import SharedFeed
 
 from .conftest import eventually
 
@@ -171,3 +173,38 @@ async def test_dead_letters_projection(log: EventLog, engine: AsyncEngine) -> No
     assert await projector.catch_up() == 1
     (row,) = await list_dead_letters(engine)
     assert (row["handler"], row["stream_seq"], row["reason_kind"]) == ("echo", 7, "malformed")
+
+
+class _Patient(RunTimelineProjection):
+    """A sparse read model that gathers a burst for an hour before it commits."""
+
+    gather_s = 3600.0
+
+
+async def test_a_stopped_projector_does_not_wait_out_its_gathering_pause(
+    log: EventLog, sqlite_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``nanocrab run`` stops its projectors on exit: one holding a burst back for its commit
+    interval must apply it and end at once, not when the interval is over."""
+    taken: list[int] = []
+
+    class Counting(projector_module.Batcher):
+        async def take(self, timeout_s: float) -> list[tuple[Stored, int]] | None:
+            batch = await super().take(timeout_s)
+            taken.extend(s.seq for s, _ in batch or [])
+            return batch
+
+    monkeypatch.setattr(projector_module, "Batcher", Counting)
+    projector = Projector(log, sqlite_engine, _Patient(), feed=SharedFeed(log))
+    await projector.setup()
+    task = asyncio.create_task(projector.run())
+    try:
+        seq = (await log.append(RunStarted(run_id="held"))).seq
+        await eventually(lambda: seq in taken)  # taken: the projector now gathers for an hour
+        assert await projector.checkpoint() < seq
+        projector.stop()
+        await asyncio.wait_for(task, 60)  # before the fix: an hour
+    finally:
+        task.cancel()
+    assert await projector.checkpoint() == seq, "the burst held back is applied on stop"
+    assert [r.seq for r in await run_timeline_rows(sqlite_engine, "held")] == [seq]

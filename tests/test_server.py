@@ -51,3 +51,60 @@ def test_a_server_that_cannot_start_says_why(tmp_path: Path) -> None:
     server = EmbeddedServer(tmp_path, port=free_port(), extra_config="this is { not valid")
     with pytest.raises(ServerStartError, match="exited"):
         server.start()
+
+
+async def test_a_server_stopped_without_waiting_is_not_reused_and_the_next_start_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """``nanocrab run`` does not wait for the server's JetStream shutdown on exit: nobody may
+    connect to the stopping server, and the next start for the data dir waits until it is gone
+    (two servers on one store would corrupt it), then finds every message stored."""
+    import nats
+
+    from nanocrab.bus.server import _pid_alive
+
+    first = EmbeddedServer(tmp_path, port=free_port())
+    url = first.start()
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="KEEP", subjects=["keep.>"])
+    for i in range(3):
+        await js.publish("keep.x", str(i).encode())
+    await nc.close()
+    old = first.pid
+    assert old is not None
+    first.stop(wait=False)
+    assert first.running() is None, "a stopping server is never handed out"
+    second = EmbeddedServer(tmp_path, port=free_port())
+    try:
+        second.start()
+        assert second.owned and second.pid != old
+        assert not _pid_alive(old), "the new server started only after the old one was gone"
+        assert not (tmp_path / "nats" / "server.stopping").exists()
+        nc = await nats.connect(second.url or "")
+        info = await nc.jetstream().stream_info("KEEP")
+        assert info.state.messages == 3
+        await nc.close()
+    finally:
+        second.stop()
+
+
+def test_a_stale_stopping_note_never_waits_for_or_kills_another_process(tmp_path: Path) -> None:
+    """``server.stopping`` names a server by pid and start time: once that server is gone its
+    pid may belong to anything (here: this very test process), which is neither waited for
+    nor killed."""
+    import json
+    import os
+
+    import psutil
+
+    note = tmp_path / "nats" / "server.stopping"
+    note.parent.mkdir(parents=True)
+    me = psutil.Process(os.getpid()).create_time()
+    note.write_text(json.dumps({"pid": os.getpid(), "created": me - 3600.0}))
+    server = EmbeddedServer(tmp_path, port=free_port())
+    try:
+        server.start()  # had it taken this process for the server: a 15 s wait, then SIGKILL
+        assert server.owned and not note.exists()
+    finally:
+        server.stop()

@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+import psutil
+
 from nanocrab.bus.errors import ServerStartError
 
 DEFAULT_PORT = 4222
@@ -74,6 +76,37 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _created(pid: int) -> float | None:
+    """When process ``pid`` started (``None``: no such process)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _same(pid: int, created: float) -> bool:
+    """Whether ``pid`` is still the process that started at ``created``."""
+    now = _created(pid)
+    return now is not None and abs(now - created) < 0.01
+
+
+def _reaped(pid: int) -> bool:
+    """Whether ``pid`` is a child of this process that has exited (reaped now: an exited child
+    stays a zombie, "alive" to ``kill(pid, 0)``, until its parent waits for it)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: its own parent (or init) reaps it
+        return False
+    return done == pid
 
 
 def _healthy(monitor_url: str, timeout: float = 1.0) -> bool:
@@ -170,9 +203,14 @@ class EmbeddedServer:
             return dict(state)
         return None
 
+    @property
+    def _stopping_file(self) -> Path:
+        return self.dir / "server.stopping"
+
     def start(self) -> str:
         """Start (or reuse) the server and return its client URL."""
         with _locked(self.dir / "server.lock"):
+            self._await_stopped()
             state = self.running()
             if state is not None:
                 self._check_reusable(state)
@@ -249,7 +287,7 @@ class EmbeddedServer:
                     f"see {self.log_file}:\n{self._log_tail()}"
                 )
             if time.monotonic() > deadline:
-                self.stop()
+                self._terminate(10.0, wait=True)  # the lock is held by start()
                 raise ServerStartError(
                     f"nats-server not ready after {self.ready_timeout_s}s; see {self.log_file}"
                 )
@@ -309,23 +347,65 @@ class EmbeddedServer:
         except FileNotFoundError:
             return ""
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server if this object started it (SIGTERM, then SIGKILL after ``timeout``)."""
+    def stop(self, timeout: float = 10.0, *, wait: bool = True) -> None:
+        """Stop the server if this object started it (SIGTERM, then SIGKILL after ``timeout``).
+
+        ``wait=False`` returns once the server is told to stop and nobody can reuse it: its
+        JetStream shutdown (~0.15 s here, the largest part of a command's exit) finishes on its
+        own, and the next :meth:`start` for this data dir waits for it (``server.stopping``
+        names it), so two servers never share the store."""
         if not self.owned or self._proc is None:
             return
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        with _locked(self.dir / "server.lock"):
+            self._terminate(timeout, wait=wait)
+
+    def _terminate(self, timeout: float, *, wait: bool) -> None:
+        """:meth:`stop` with the server lock held."""
+        if self._proc is None:
+            return
         with contextlib.suppress(FileNotFoundError):
             state = json.loads(self._state_file.read_text())
             if state.get("pid") == self.pid:
                 self._state_file.unlink()
+        if self._proc.poll() is None:
+            created = None if wait else _created(self._proc.pid)
+            if created is not None:  # named first: the next start must know of it before it stops
+                _write_atomic(self._stopping_file, json.dumps(
+                    {"pid": self._proc.pid, "created": created}))  # fmt: skip
+            else:
+                wait = True  # cannot be named for the next start: waited for here
+            self._proc.send_signal(signal.SIGTERM)
+            if wait:
+                try:
+                    self._proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
         self.owned = False
         self._proc = None
+
+    def _await_stopped(self, timeout: float = 15.0) -> None:
+        """Wait for a server told to stop without waiting (see :meth:`stop`) to be gone;
+        SIGKILL it after ``timeout``. Called with the server lock held. The process is
+        recognised by its pid *and* start time: a pid reused since by another process is not
+        waited for, let alone killed."""
+        try:
+            named = json.loads(self._stopping_file.read_text())
+            pid, created = int(named["pid"]), named.get("created")
+        except (FileNotFoundError, ValueError, KeyError, TypeError, json.JSONDecodeError):
+            return
+        # until it is collected (an exited multi-threaded process shows as a zombie a moment
+        # before its last thread, and its files, are gone)
+        deadline = time.monotonic() + timeout
+        while isinstance(created, float) and not _reaped(pid) and _same(pid, created):
+            if time.monotonic() > deadline:
+                if _zombie(pid):
+                    break  # exited long ago; a parent that is not this process never waited
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + timeout
+            time.sleep(0.005)
+        self._stopping_file.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL the server (crash simulation); its store must survive."""

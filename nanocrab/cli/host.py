@@ -145,7 +145,8 @@ async def bus_connector(
     finally:
         await connector.close()
         if server is not None:
-            await asyncio.to_thread(server.stop)
+            # not waiting for its JetStream shutdown: the next start waits, if it comes first
+            await asyncio.to_thread(server.stop, wait=False)
 
 
 async def _require_streams(log_: EventLog, url: str) -> None:

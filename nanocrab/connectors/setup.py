@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanocrab.connectors.base import ConnectorResources, ConnectorTool, resources_of
-from nanocrab.connectors.calendar import calendar_tools
 from nanocrab.connectors.config import FILE, load_connectors
 from nanocrab.connectors.credentials import Credentials
-from nanocrab.connectors.mail import mail_tools
 
 
 @dataclass(frozen=True)
@@ -47,9 +45,14 @@ def connectors_setup(config_dir: Path, environ: Mapping[str, str]) -> Connectors
     secrets = config.credentials_path(base)
     credentials = Credentials(file=secrets, environ=dict(environ))
     tools: list[ConnectorTool] = []
+    # each kind's module (and its parser: html2text, icalendar) only when it is configured
     if config.mail:
+        from nanocrab.connectors.mail import mail_tools
+
         tools.extend(mail_tools(config.mail, credentials))
     if config.calendar:
+        from nanocrab.connectors.calendar import calendar_tools
+
         calendars = {name: cal.file(base) for name, cal in config.calendar.items()}
         tools.extend(calendar_tools(calendars))
     return ConnectorsSetup(tools=tools, resources=resources_of(tools), protected=(path, secrets))

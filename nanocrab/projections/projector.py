@@ -440,8 +440,10 @@ class Projector:
                     # transaction (a sparse read model gathers for longer)
                     since = time.monotonic() - self._committed_at
                     pause = max(gather_s, self.commit_interval_s - since)
-                    if pause > 0:
-                        await asyncio.sleep(pause)
+                    if pause > 0 and not self._stopping.is_set():
+                        # cut short by stop(): a stopping host does not wait out the interval
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._stopping.wait(), pause)
                     while queue.buf and len(batch) < self.catch_up_batch_size:
                         batch += await queue.take(0) or []
                     await self.apply_batch([s for s, _ in batch])

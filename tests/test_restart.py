@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -108,4 +111,34 @@ async def test_server_restart_mid_stream(tmp_path: Path, shared: bool) -> None:
         with contextlib.suppress(Exception):
             await nc.close()
         await engine.dispose()
+        server.stop()
+
+
+async def test_a_handler_starting_while_the_server_does_not_answer_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loaded or electing cluster can leave a JetStream API request unanswered past its
+    timeout; a handler's start asks again instead of exiting (it did, in a 3-node CI run)."""
+    server = EmbeddedServer(tmp_path / "data", port=free_port())
+    url = server.start()
+    cfg = BusConfig(url=url, data_dir=tmp_path, root="paused", append_timeout_s=0.5)
+    nc = await connect(url, name="paused-test")
+    log = await EventLog.open(nc, cfg)
+    runtime = HandlerRuntime(log, EchoReactor(), options=FAST)
+    caplog.set_level(logging.INFO, logger="nanocrab.bus.connection")
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        starting = asyncio.create_task(runtime.ensure_consumer())
+        await eventually(lambda: "asking again" in caplog.text or starting.done())
+        assert not starting.done(), "the start waited for the paused server"
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    try:
+        await asyncio.wait_for(starting, 30)
+        info = await log.js.consumer_info(cfg.log_stream, runtime.durable)
+        assert info.config.durable_name == runtime.durable
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
         server.stop()

@@ -249,6 +249,7 @@ async def patiently(
                     f"{what}: no answer within {patience_s:.0f}s: no leader (has the cluster "
                     "lost its quorum? docs/scaling.md)"
                 ) from exc
+            log.info("%s: no answer yet (%s); asking again", what, type(exc).__name__)
             if isinstance(exc, nats.js.errors.ServiceUnavailableError):
                 await asyncio.sleep(0.25)  # answered at once: not again at once
 

@@ -114,9 +114,7 @@ class DirectReader:
         finally:
             del self._queues[token]
 
-    async def _leader_page(
-        self, scope: str, seq: int, batch: int
-    ) -> tuple[list[RawMessage], int]:
+    async def _leader_page(self, scope: str, seq: int, batch: int) -> tuple[list[RawMessage], int]:
         """Up to ``batch`` messages from ``seq`` on, each asked of the stream leader."""
         js = self.nc.jetstream(timeout=self.timeout_s)
         page: list[RawMessage] = []

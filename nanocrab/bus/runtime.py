@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 
 import msgspec
 import nats.errors
@@ -39,7 +40,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from nanocrab.bus.connection import reconnects_of
+from nanocrab.bus.connection import patiently, reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.failures import Severity, severity
 from nanocrab.bus.log import Appended, EventLog, Expect
@@ -60,6 +61,9 @@ from nanocrab.events import (
 log = logging.getLogger(__name__)
 
 _PREVIEW_BYTES = 512
+_STARTUP_PATIENCE_S = 60.0
+"""How long a handler's start waits for the JetStream API (a leader election, a loaded cluster)
+before giving up with :class:`BusError`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,12 +233,18 @@ class HandlerRuntime:
     async def ensure_consumer(self) -> None:
         """Create the durable, or bring an existing one's filters up to this handler's: a newer
         version of a handler may consume more event types than the consumer a data directory
-        already has (its position is kept; JetStream updates filters in place)."""
+        already has (its position is kept; JetStream updates filters in place).
+
+        Each request waits out a leader election or a busy cluster (:func:`patiently`, up to
+        ``_STARTUP_PATIENCE_S``) rather than failing the handler's start on one timeout."""
         js, stream = self.log.js, self.log.cfg.log_stream
+        what = f"consumer {self.durable}"
+        create = partial(js.add_consumer, stream, config=self.consumer_config())
         try:
-            info = await js.consumer_info(stream, self.durable)
+            info = await patiently(partial(js.consumer_info, stream, self.durable), what,
+                                   patience_s=_STARTUP_PATIENCE_S)  # fmt: skip
         except nats.js.errors.NotFoundError:
-            await js.add_consumer(stream, config=self.consumer_config())
+            await patiently(create, f"creating {what}", patience_s=_STARTUP_PATIENCE_S)
             return
         current = info.config.filter_subjects or (
             [info.config.filter_subject] if info.config.filter_subject else []
@@ -242,7 +252,7 @@ class HandlerRuntime:
         if sorted(current) != sorted(self.filters):
             log.info("handler %s: updating its consumer's filters to %s", self.durable,
                      self.filters)  # fmt: skip
-            await js.add_consumer(stream, config=self.consumer_config())
+            await patiently(create, f"updating {what}", patience_s=_STARTUP_PATIENCE_S)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -116,3 +116,36 @@ async def test_an_unsampled_parent_exports_nothing_and_propagates_its_flags(
     for reaction in events[1:]:
         assert reaction.trace is not None and reaction.trace.startswith(f"00-{TRACE}-")
         assert reaction.trace.endswith("-00")
+
+
+class Quiet:
+    """Reads every task and appends nothing (a handler dropping a run from its cache)."""
+
+    name = "quiet"
+    consumes: tuple[type[Event], ...] = (TaskSubmitted,)
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("bound_ns", "kept"),
+    [(3_600 * 10**9, False), (1, True)],
+    ids=["quicker than the bound: left out", "slower than the bound: kept"],
+)
+async def test_a_quiet_delivery_is_exported_only_when_it_took_long(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch, bound_ns: int, kept: bool
+) -> None:
+    exporter = InMemorySpanExporter()
+    spans = HandlerSpans(Resource.create({"service.name": "t"}), [SimpleSpanProcessor(exporter)],
+                         quiet_below_ns=bound_ns)  # fmt: skip
+    monkeypatch.setattr(bus_tracing, "_handler_spans", spans)
+    quiet = HandlerRuntime(log, Quiet(), options=FAST)  # type: ignore[arg-type]
+    echo = HandlerRuntime(log, EchoReactor(), options=FAST)
+    async with running(quiet), running(echo):
+        await log.append(TaskSubmitted(text="x", run_id="hs4", task_id="hs4"))
+        await events_of(log, "hs4", RunCompleted)
+        await eventually(lambda: quiet.processed >= 1)
+    names = {s.name for s in exporter.get_finished_spans()}
+    assert "echo task.submitted" in names, "a delivery that appended is always exported"
+    assert ("quiet task.submitted" in names) is kept

@@ -523,6 +523,8 @@ class HandlerRuntime:
                 keepalive.cancel()
                 handling.reset(token)
             reaction = result if isinstance(result, Reaction) else Reaction(result)
+            if not reaction.events and isinstance(span, HandledSpan):
+                span.quiet = True  # exported only if it took long (HandlerSpans)
             try:
                 await self._append(event, reaction)
             except EventDecodeError as exc:  # a reaction the codec refuses (e.g. oversized)

@@ -190,7 +190,10 @@ def configure_tracing(
     _processors.append(processor)
     trace.set_tracer_provider(provider)
     global _handler_spans
-    _handler_spans = HandlerSpans(provider.resource, _processors)
+    quiet_ms = float(os.environ.get("NANOCRAB_TRACE_QUIET_MS", "1"))
+    _handler_spans = HandlerSpans(
+        provider.resource, _processors, quiet_below_ns=int(quiet_ms * 1_000_000)
+    )
     return provider
 
 
@@ -210,12 +213,14 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 class HandledSpan:
     """The span of one handled event while it is open: what ``handle()`` going wrong sets."""
 
-    __slots__ = ("context", "exception", "status")
+    __slots__ = ("context", "exception", "quiet", "status")
 
     def __init__(self, context: SpanContext) -> None:
         self.context = context
         self.status = Status(StatusCode.UNSET)
         self.exception: BaseException | None = None
+        self.quiet = False
+        """Set by the runtime when the delivery appended nothing: see :class:`HandlerSpans`."""
 
     def set_status(self, status: Status, description: str | None = None) -> None:
         self.status = status
@@ -236,11 +241,25 @@ class HandlerSpans:
     directly as a ``ReadableSpan`` and handed to the same processors (the OTLP or JSON Lines
     batch). Same name, kind (CONSUMER), parent, ids, attributes, status and exception event as
     the SDK would export. Sampling follows the parent's ``sampled`` flag (an event's
-    ``traceparent`` always has one: the root decision was the SDK's, where the trace began)."""
+    ``traceparent`` always has one: the root decision was the SDK's, where the trace began).
 
-    def __init__(self, resource: Resource, processors: Sequence[SpanProcessor]) -> None:
+    A *quiet* delivery — one that appended nothing and did not fail, such as a handler dropping
+    a finished run from its cache — is not exported when it took less than ``quiet_below_ns``:
+    a third of a one-tool run's spans were such sub-millisecond no-ops, which made the trace
+    file larger than the event log (docs/observability.md, "What is exported"). A quiet
+    delivery that took longer is kept: time spent is what a trace is read for.
+    ``NANOCRAB_TRACE_QUIET_MS`` sets the bound (default 1; 0 exports every delivery)."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        processors: Sequence[SpanProcessor],
+        *,
+        quiet_below_ns: int = 1_000_000,
+    ) -> None:
         self.resource = resource
         self.processors = processors
+        self.quiet_below_ns = quiet_below_ns
 
     @contextlib.contextmanager
     def span(
@@ -257,8 +276,13 @@ class HandlerSpans:
             yield opened
         finally:
             otel_context.detach(token)
-            if flags.sampled and self.processors:
-                self._finish(name, opened, parent, attributes, start)
+            end = time.time_ns()
+            if (
+                flags.sampled
+                and self.processors
+                and not (opened.quiet and end - start < self.quiet_below_ns)
+            ):
+                self._finish(name, opened, parent, attributes, start, end)
 
     def _finish(
         self,
@@ -267,8 +291,8 @@ class HandlerSpans:
         parent: SpanContext | None,
         attributes: Mapping[str, AttributeValue],
         start: int,
+        end: int,
     ) -> None:
-        end = time.time_ns()
         events: list[SpanEvent] = []
         if (exc := opened.exception) is not None:
             stack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

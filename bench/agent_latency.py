@@ -121,11 +121,14 @@ async def main(
                 provider.force_flush()
             await asyncio.sleep(0)
             traces_b = (home / "traces.jsonl").stat().st_size
-            sql_b = sum(f.stat().st_size for f in home.glob("*.db*"))
+            sql_b = sum(f.stat().st_size for f in home.glob("*.db"))
+            # the write-ahead log is a reused buffer (checkpointed into the file): not per task
+            wal_b = sum(f.stat().st_size for f in home.glob("*.db-*"))
             n = runs + warmup
             print(
                 f"stored per one-tool task: log {size / n:,.0f} B · SQLite {sql_b / n:,.0f} B "
-                f"(all projections, before the worker's final catch-up) · traces "
+                f"(all projections, database files, before the worker's final catch-up; plus "
+                f"{wal_b / 1024:,.0f} KiB of write-ahead log in all) · traces "
                 f"{traces_b / n:,.0f} B (JSON Lines)"
             )
     if trace_file is not None:

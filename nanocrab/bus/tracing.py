@@ -64,7 +64,9 @@ class JsonLinesExporter(SpanExporter):
     The SDK's own console exporter builds each line with the standard ``json`` module and
     re-encodes the resource for every span, on the batch processor's thread but holding the
     GIL the event loop needs; here msgspec encodes a span in a few microseconds and the
-    resource once per resource."""
+    resource once per resource. The resource's ``telemetry.sdk.*`` attributes (which SDK wrote
+    the span: the same on every line) are left out of the file — a quarter of the resource, a
+    tenth of a line; OTLP export keeps them."""
 
     def __init__(self, out: IO[str] | None = None) -> None:
         self.out = out if out is not None else sys.stdout
@@ -75,7 +77,14 @@ class JsonLinesExporter(SpanExporter):
         if cached is None or cached[0] is not resource:
             raw = msgspec.Raw(
                 _encoder.encode(
-                    {"attributes": dict(resource.attributes), "schema_url": resource.schema_url}
+                    {
+                        "attributes": {
+                            k: v
+                            for k, v in resource.attributes.items()
+                            if not k.startswith("telemetry.sdk.")
+                        },
+                        "schema_url": resource.schema_url,
+                    }
                 )
             )
             cached = self._resources[id(resource)] = (resource, raw)

@@ -255,7 +255,7 @@ class HandlerSpans:
     A *quiet* delivery — one that appended nothing and did not fail, such as a handler dropping
     a finished run from its cache — is not exported when it took less than ``quiet_below_ns``:
     a third of a one-tool run's spans were such sub-millisecond no-ops, which made the trace
-    file larger than the event log (docs/observability.md, "What is exported"). A quiet
+    file larger than the event log (docs/observability.md, "The handlers' messaging spans"). A quiet
     delivery that took longer is kept: time spent is what a trace is read for.
     ``NANOCRAB_TRACE_QUIET_MS`` sets the bound (default 1; 0 exports every delivery)."""
 

@@ -83,11 +83,12 @@ def known_key(model_dir: Path, cache_dir: Path) -> str:
     (path, device, inode, size, modification time): hashing 90 MB of weights took ~65 ms of
     every model load. Any change to a file changes its identity, and the key is computed again."""
     try:
-        stats = [(model_dir / name).resolve().stat() for name in _KEYED]
-    except OSError:
+        files = [(model_dir / name).resolve() for name in _KEYED]
+        stats = [f.stat() for f in files]
+    except (OSError, RuntimeError):  # unreadable, or a symlink loop
         return model_key(model_dir)
-    identity = "|".join(f"{(model_dir / n).resolve()}:{s.st_dev}:{s.st_ino}:{s.st_size}:"
-                        f"{s.st_mtime_ns}" for n, s in zip(_KEYED, stats, strict=True))  # fmt: skip
+    identity = "|".join(f"{f}:{s.st_dev}:{s.st_ino}:{s.st_size}:{s.st_mtime_ns}"
+                        for f, s in zip(files, stats, strict=True))  # fmt: skip
     identity = f"{_GRAPH_LAYOUT}|{identity}"
     keys_file = cache_dir / "keys.json"
     try:

@@ -39,7 +39,7 @@ from _agent import (
 )
 from _common import machine, pct
 
-from nanocrab.bus import sanitize_token
+from nanocrab.bus import read_run, sanitize_token
 from nanocrab.bus.direct import DirectReader
 from nanocrab.events import EventDecodeError
 
@@ -109,6 +109,7 @@ async def one_round(
     """Run and report one round; returns (every run completed with the one-tool flow, runs/s,
     seconds from submitting to the first completion)."""
     res = await burst(bench, inflight, wait_s)
+    bench.last_tasks = res["tasks"]  # type: ignore[attr-defined]
     wall = float(res["wall"])  # type: ignore[arg-type]
     counts: dict[str, int] = res["counts"]  # type: ignore[assignment]
     arrivals: list[float] = res["arrivals"]  # type: ignore[assignment]
@@ -143,6 +144,21 @@ async def one_round(
     return good, inflight / wall, arrivals[0] if arrivals else float("inf")
 
 
+async def first_timeline(bench: AgentBench, tasks: list) -> None:  # type: ignore[type-arg]
+    """Print the events of the run that completed first, by event time from its task: which
+    handler's hop a burst held up."""
+    done = [(bench.watcher.arrived[k], t) for t in tasks
+            if (k := sanitize_token(t.run_id or "")) in bench.watcher.arrived]  # fmt: skip
+    if not done:
+        return
+    _, task = min(done, key=lambda d: d[0])
+    print(f"  the first run to complete ({task.run_id}), event time from its task:")
+    for s in await read_run(bench.log, task.run_id or ""):
+        if s.event is not None:
+            at = (s.event.time - task.time).total_seconds() * 1000
+            print(f"    {at:9.1f} ms  {s.event.type:<24} by {s.event.source}")
+
+
 async def main(
     inflight: int, rounds: int, warmup: int, wait_s: float, projections: str, big: int
 ) -> None:
@@ -160,6 +176,7 @@ async def main(
         if big:
             good, _, first = await one_round(bench, "burst", big, wait_s)
             all_good &= good
+            await first_timeline(bench, bench.last_tasks)  # type: ignore[attr-defined]
             print(
                 f"  burst of {big}: first completion after {first:.2f} s · target <= 2 s · "
                 + ("OK" if first <= 2 and good else "MISSED")

@@ -221,3 +221,55 @@ async def test_new_runs_wait_while_many_are_moving(log: EventLog) -> None:
     orchestrator._busy_checked = 0.0
     orchestrator._moving = {"r1": 0.0}  # moved long ago: waiting on someone, not counted
     assert orchestrator.admit()
+
+
+class _Gated:
+    """Handles ``reply.sent`` only when its gate is open, recording the order it starts them."""
+
+    name = "gated"
+    consumes: tuple[type[Event], ...] = (ReplySent,)
+    concurrency = 2
+    known_runs_first = frozenset({"reply.sent"})
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gate = asyncio.Event()
+
+    async def handle(self, event: Event, delivery: Delivery) -> Sequence[Event]:
+        self.started.append(event.text)  # type: ignore[attr-defined]
+        await self.gate.wait()
+        return []
+
+
+@contextlib.asynccontextmanager
+async def _opened(gate: asyncio.Event) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        gate.set()  # also when the test failed: the runtime's stop waits for its handlers
+
+
+async def test_a_run_already_going_goes_before_runs_new_to_the_handler(log: EventLog) -> None:
+    """In a burst, a handler that takes its deliveries in order moves every run one step before
+    any run a second step, so all complete together at the very end; ``known_runs_first`` puts
+    the next event of a run it has handled before the first events of runs it has not."""
+    reactor = _Gated()
+    opts = RuntimeOptions(fetch_timeout_s=60.0, concurrency=2)  # the open pull outlives the test
+    going, new = new_event_id(), [new_event_id() for _ in range(4)]
+    async with _running(HandlerRuntime(log, reactor, options=opts)), _opened(reactor.gate):
+        await log.append(ReplySent(text="going-1", run_id=going))
+        await eventually(lambda: reactor.started == ["going-1"])
+        await log.append_batch([ReplySent(text=f"new-{i}", run_id=r) for i, r in enumerate(new)])
+        await eventually(lambda: len(reactor.started) == 2)  # both slots taken
+        await log.append(ReplySent(text="going-2", run_id=going))
+
+        async def all_delivered() -> bool:  # every event is in the handler's hands
+            info = await log.js.consumer_info(log.cfg.log_stream, reactor.name)
+            return info.num_pending == 0 and info.num_ack_pending == 6
+
+        await eventually(all_delivered)
+        reactor.gate.set()
+        await eventually(lambda: len(reactor.started) == 6)
+    assert reactor.started[:2] == ["going-1", "new-0"]
+    assert reactor.started[2] == "going-2", reactor.started
+    assert reactor.started[3:] == ["new-1", "new-2", "new-3"], "the new runs keep their order"

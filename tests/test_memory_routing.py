@@ -3,6 +3,7 @@ consolidation, the router choosing agents from natural language, agents.yaml err
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab import demo
-from nanocrab.bus import EventLog, Reactor, read
+from nanocrab.bus import Delivery, EventLog, Reactor, read
 from nanocrab.events import (
     GrantDenied,
     MemoryConsolidated,
@@ -24,7 +25,7 @@ from nanocrab.events import (
     ToolCompleted,
     ToolRequested,
 )
-from nanocrab.handlers.llm import LlmHandler
+from nanocrab.handlers.llm import _EARLY_BUSY, LlmHandler
 from nanocrab.handlers.orchestrator import Orchestrator
 from nanocrab.handlers.router import RouterHandler
 from nanocrab.llm import ScriptedProvider
@@ -37,6 +38,7 @@ from nanocrab.projections.memory_search import recall, recaller, search, vectori
 from nanocrab.projections.timeline import summarize
 from nanocrab.routing import AgentsConfig, AgentsError, Router, install_profiles, load_agents
 from nanocrab.routing import parse_agents as parse
+from nanocrab.tools import ToolRegistry
 
 from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
 from .conftest import eventually
@@ -436,3 +438,30 @@ async def test_up_embeds_new_memories_in_the_background(sqlite_engine: AsyncEngi
     assert run_start_recall(sqlite_engine, {"NANOCRAB_RECALL": "off"}) is None
     with pytest.raises(ValueError, match="NANOCRAB_RECALL='high'"):
         run_start_recall(sqlite_engine, {"NANOCRAB_RECALL": "high"})
+
+
+async def test_a_burst_of_tasks_searches_only_a_few_recalls_ahead_of_their_runs(
+    log: EventLog, workspace: Path
+) -> None:
+    """Recalls started at submission (ahead of the run's first model call) are bounded: a burst
+    of a thousand tasks would otherwise queue a search each in front of the runs already started,
+    whose first model calls wait on theirs. A task over the bound recalls at its first call."""
+    searching: list[str] = []
+    release = asyncio.Event()
+
+    async def slow_recall(text: str) -> MemoryRecalled | None:
+        searching.append(text)
+        await release.wait()
+        return None
+
+    llm = LlmHandler(log, provider=ScriptedProvider.from_text(REPLY), registry=ToolRegistry([]),
+                     default_workspace=workspace, recall=slow_recall)  # fmt: skip
+    for i in range(10):
+        await llm.handle(submit(f"task number {i}", workspace), Delivery(0, ""))
+    await eventually(lambda: len(searching) == _EARLY_BUSY)
+    assert searching == [f"task number {i}" for i in range(_EARLY_BUSY)], "the first ones"
+    release.set()
+    early = list(llm._early.values())
+    await asyncio.gather(*(search for _, search in early))
+    await llm.handle(submit("one more task", workspace), Delivery(0, ""))
+    await eventually(lambda: searching[-1:] == ["one more task"])  # room again once they ended

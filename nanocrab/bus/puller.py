@@ -77,14 +77,7 @@ class Puller:
         """Up to ``batch`` messages: those delivered already, else the first to arrive within
         ``expires_s`` (and whatever came with it); ``[]`` when none did."""
         now = time.monotonic()
-        if now > self.expires_at + 1.0:
-            self.wanted = 0  # every request has expired: nothing more will come of them
-        missing = batch - self.wanted - len(self.msgs)
-        if missing > 0 and self.wanted + len(self.msgs) <= batch // 2:  # refill, not top up
-            request = {"batch": missing, "expires": int(expires_s * 1e9)}
-            await self.nc.publish(self.subject, _encoder.encode(request), reply=self.inbox)
-            self.wanted += missing
-            self.expires_at = now + expires_s
+        await self.ask(batch, expires_s)
         deadline = now + expires_s + 0.1
         while not self.msgs:
             self._signal.clear()
@@ -100,6 +93,23 @@ class Puller:
                     self._refused = False
                     await asyncio.sleep(0.1)
                 return []  # the request ended empty; the caller asks again
+        return self.ready(batch)
+
+    async def ask(self, batch: int, expires_s: float) -> None:
+        """Have about ``batch`` messages asked for or delivered: a request for what is missing
+        once half of it is (refill, not top up), expiring after ``expires_s``."""
+        now = time.monotonic()
+        if now > self.expires_at + 1.0:
+            self.wanted = 0  # every request has expired: nothing more will come of them
+        missing = batch - self.wanted - len(self.msgs)
+        if missing > 0 and self.wanted + len(self.msgs) <= batch // 2:
+            request = {"batch": missing, "expires": int(expires_s * 1e9)}
+            await self.nc.publish(self.subject, _encoder.encode(request), reply=self.inbox)
+            self.wanted += missing
+            self.expires_at = now + expires_s
+
+    def ready(self, batch: int) -> list[Msg]:
+        """Up to ``batch`` of the messages delivered already, without waiting."""
         out: list[Msg] = []
         while self.msgs and len(out) < batch:
             out.append(self.msgs.popleft())

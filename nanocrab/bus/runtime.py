@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 import traceback
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -61,6 +61,9 @@ from nanocrab.events import (
 log = logging.getLogger(__name__)
 
 _PREVIEW_BYTES = 512
+KNOWN_RUNS = 4096
+"""Runs a ``known_runs_first`` handler remembers having handled (least recently used out): a
+forgotten run's next event waits as a new run's would, which costs it order, not correctness."""
 _STARTUP_PATIENCE_S = 60.0
 """How long a handler's start waits for the JetStream API (a leader election, a loaded cluster)
 before giving up with :class:`BusError`."""
@@ -208,6 +211,9 @@ class HandlerRuntime:
         self._tails: dict[str, asyncio.Task[None]] = {}  # run → its last event's task in hand
         self._admission = frozenset(getattr(reactor, "admission", ()) if self.opts.concurrency > 1
                                     else ())  # fmt: skip
+        self._known_first = frozenset(getattr(reactor, "known_runs_first", ())
+                                      if self.opts.concurrency > 1 else ())  # fmt: skip
+        self._known: OrderedDict[str, None] = OrderedDict()  # runs handled lately (LRU)
         self._high: deque[Msg] = deque()  # fetched, not started: everything but admissions
         self._low: deque[tuple[Msg, float]] = deque()  # admissions (and their runs' events)
         self._low_runs: dict[str, int] = {}
@@ -271,7 +277,7 @@ class HandlerRuntime:
                         for msg in await self._fetch(sub, self.opts.batch):
                             await self._process(msg)
                         continue
-                    if self._admission:
+                    if self._admission or self._known_first:
                         await self._step_admitting(sub)
                         continue
                     await self._slots.acquire()
@@ -312,6 +318,11 @@ class HandlerRuntime:
         await self._slots.acquire()
         try:
             while not self._stopping.is_set():
+                if self._low and not self._high:
+                    # before a waiting delivery starts, what has arrived since may go first
+                    await sub.ask(self.opts.batch, self.opts.fetch_timeout_s)
+                    for m in sub.ready(self.opts.batch):
+                        self._classify(m)
                 msg = self._next_waiting()
                 if msg is not None:
                     self._spawn(msg)
@@ -328,7 +339,10 @@ class HandlerRuntime:
     def _classify(self, msg: Msg) -> None:
         tokens = msg.subject.split(".")
         key = _run_key(msg.subject)
-        is_admission = len(tokens) == 6 and f"{tokens[4]}.{tokens[5]}" in self._admission
+        is_admission = len(tokens) == 6 and (
+            f"{tokens[4]}.{tokens[5]}" in self._admission
+            or (bool(self._known_first) and key is not None and key not in self._known)
+        )
         if is_admission or (key is not None and self._low_runs.get(key)):
             self._low.append((msg, time.monotonic()))
             if key is not None:
@@ -384,6 +398,11 @@ class HandlerRuntime:
         """Handle ``msg`` in a task of its own, after the events of its run already in hand:
         concurrency is across runs, never within one (a run's events keep the log's order)."""
         key = _run_key(msg.subject)
+        if self._known_first and key is not None and _type_of(msg.subject) in self._known_first:
+            self._known[key] = None
+            self._known.move_to_end(key)
+            if len(self._known) > KNOWN_RUNS:
+                self._known.popitem(last=False)
         before = self._tails.get(key) if key is not None else None
         task = asyncio.create_task(self._process_after(before, msg))
         self._inflight.add(task)
@@ -614,6 +633,11 @@ class HandlerRuntime:
         log.warning(
             "handler %s: dead-lettered seq %s (%s): %s", self.durable, seq, reason_kind, reason
         )
+
+
+def _type_of(subject: str) -> str:
+    """An event's type from its subject (its last two tokens)."""
+    return ".".join(subject.rsplit(".", 2)[-2:])
 
 
 def _run_key(subject: str) -> str | None:

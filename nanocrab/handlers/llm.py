@@ -81,6 +81,10 @@ Recall = Callable[[str], Awaitable[MemoryRecalled | None]]
 
 _DELTA_FLUSH_CHARS = 200
 _EARLY_RECALLS = 256  # recalls started at submission and not yet taken by a first model call
+_EARLY_BUSY = 4
+"""Early recalls searching at once, above which a submitted task's recall waits for its first
+model call: a burst of tasks would otherwise queue hundreds of searches (an embedding each)
+ahead of the runs the orchestrator has started, and the first of them would complete last."""
 _RECALL_ORDINAL = 900_000  # appended before the reaction, outside its ordinals
 _DELTA_ORDINAL = 1_000_000  # deltas are stamped outside the reaction ordinals
 
@@ -98,6 +102,9 @@ class LlmHandler:
     name = "llm"
     consumes: tuple[type[Event], ...] = (LlmRequested,)
     concurrency = 32  # model calls are slow; many runs wait on them at once
+    known_runs_first = frozenset({"llm.requested"})
+    """A run's later model calls go before the first calls of runs not started here yet: in
+    a burst, runs then complete one by one instead of all together at the end."""
 
     def __init__(
         self,
@@ -142,6 +149,7 @@ class LlmHandler:
         self._early: OrderedDict[str, tuple[str, asyncio.Task[MemoryRecalled | None]]] = (
             OrderedDict()
         )
+        self._early_busy = 0  # early recalls not done yet
         if recall is not None:
             self.consumes = (LlmRequested, TaskSubmitted)
         self.prescreen = prescreen  # tool output the orchestrator did not wait for (guardrails)
@@ -244,9 +252,17 @@ class LlmHandler:
             return
         if self.routed and needs_route(task):
             return  # the router recalls for it, before route.decided
-        self._early[task.run_id] = (task.text, asyncio.ensure_future(self.recall(task.text)))
+        if self._early_busy >= _EARLY_BUSY:
+            return
+        self._early_busy += 1
+        search = asyncio.ensure_future(self.recall(task.text))
+        search.add_done_callback(self._early_done)
+        self._early[task.run_id] = (task.text, search)
         while len(self._early) > _EARLY_RECALLS:
             self._early.popitem(last=False)[1][1].cancel()  # a run that never asked the model
+
+    def _early_done(self, _: asyncio.Future[MemoryRecalled | None]) -> None:
+        self._early_busy -= 1
 
     async def _history(self, state: RunState) -> list[Message]:
         """The session's messages stored before the task, fetched once per run (they cannot

@@ -223,7 +223,7 @@ async def test_plain_rows_read_what_sqlalchemy_reads_and_fail_as_it_does(
 ) -> None:
     """The recall's one-trip reads (memory/sqlrows.py) give the rows, the column names and the
     errors that ``conn.execute`` gives, on every backend."""
-    from sqlalchemy import Column, Integer, MetaData, Table, literal, select
+    from sqlalchemy import Column, Integer, MetaData, Table, bindparam, literal, select
     from sqlalchemy.exc import DBAPIError
 
     from nanocrab.memory.sqlrows import plain_rows
@@ -247,3 +247,11 @@ async def test_plain_rows_read_what_sqlalchemy_reads_and_fail_as_it_does(
         missing = Table("no_such_table", MetaData(), Column("x", Integer))
         with pytest.raises(DBAPIError):
             await plain_rows(conn, select(missing.c.x))
+        await conn.rollback()  # PostgreSQL: the failed statement ended the transaction
+        # a statement built once with placeholders: each call reads with its own values
+        after = select(memory_vectors.c.seq).where(memory_vectors.c.seq > bindparam("after"))
+        after = after.order_by(memory_vectors.c.seq)
+        for n in (0, 3, 1, 5):
+            expected = [tuple(r) for r in (await conn.execute(after, {"after": n})).all()]
+            got = [tuple(r) for r in await plain_rows(conn, after, {"after": n})]
+            assert got == expected and len(got) == 5 - n

@@ -16,28 +16,47 @@ access by column name); a failure is SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIE
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Select
+from sqlalchemy.engine import Compiled
 from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+_COMPILED: dict[tuple[int, str], tuple[Select[Any], Compiled, str, Any]] = {}
+_COMPILED_MAX = 64
 
-async def plain_rows(conn: AsyncConnection, stmt: Select[Any]) -> Sequence[Any]:
-    """The rows of ``stmt`` on ``conn`` (see the module docstring for what "plain" means)."""
+
+async def plain_rows(
+    conn: AsyncConnection, stmt: Select[Any], params: Mapping[str, Any] | None = None
+) -> Sequence[Any]:
+    """The rows of ``stmt`` with its bound parameters set from ``params`` on ``conn`` (see the
+    module docstring for what "plain" means).
+
+    The compiled SQL is kept per statement object (and dialect): a caller reading often builds
+    its statement once, with ``bindparam`` placeholders, and passes the values here; compiling a
+    join of a few tables costs ~0.4 ms of the event loop each time otherwise."""
     if conn.dialect.driver != "aiosqlite":
-        return list((await conn.execute(stmt)).all())
-    compiled = stmt.compile(dialect=conn.dialect)
-    params = compiled.construct_params()
-    positional = [params[name] for name in compiled.positiontup or ()]
+        result = await (conn.execute(stmt, dict(params)) if params else conn.execute(stmt))
+        return list(result.all())
+    key = (id(stmt), conn.dialect.name)
+    cached = _COMPILED.get(key)
+    if cached is None or cached[0] is not stmt:
+        fresh = stmt.compile(dialect=conn.dialect)
+        make = result_tuple([str(c.key) for c in stmt.selected_columns])
+        cached = (stmt, fresh, str(fresh), make)
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = cached
+    _, compiled, sql, make = cached
+    values = compiled.construct_params(dict(params) if params else None) or {}
+    positional = [values[name] for name in getattr(compiled, "positiontup", None) or ()]
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None  # an open connection has its driver's
-    sql = str(compiled)
     try:
         fetched = await driver.execute_fetchall(sql, positional)
     except sqlite3.Error as exc:  # the error SQLAlchemy would have raised, as callers expect
         raise DBAPIError.instance(sql, positional, exc, sqlite3.Error) from exc
-    make = result_tuple([str(c.key) for c in stmt.selected_columns])
     return [make(row) for row in fetched]

@@ -21,11 +21,12 @@ without uncommitted memory writes (a rolled-back row would stay in the matrix).
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from sqlalchemy import (
@@ -34,9 +35,11 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Select,
     String,
     Table,
     Text,
+    bindparam,
     delete,
     func,
     select,
@@ -418,6 +421,14 @@ async def _hits(conn: AsyncConnection, found: list[tuple[int, float]]) -> list[H
     return [Hit(*rows[seq], score=score) for seq, score in found if seq in rows]
 
 
+@functools.cache
+def _vectors_after() -> Select[Any]:
+    """The stored vectors past ``:after`` in order (built once, see :func:`plain_rows`)."""
+    v = memory_vectors.c
+    after = select(v.seq, v.kind, v.vector, v.item_id).where(v.seq > bindparam("after"))
+    return after.order_by(v.seq)
+
+
 class _ExactIndex:
     """Every stored vector in one float32 matrix, kept in step with ``memory_vectors``: rows
     with a ``seq`` above the last one seen are appended before a search; a new deletion
@@ -449,17 +460,7 @@ class _ExactIndex:
             )  # fmt: skip
         if generation != self._generation:
             self._reset(generation)
-        rows = await plain_rows(
-            conn,
-            select(
-                memory_vectors.c.seq,
-                memory_vectors.c.kind,
-                memory_vectors.c.vector,
-                memory_vectors.c.item_id,
-            )
-            .where(memory_vectors.c.seq > self._last_seq)
-            .order_by(memory_vectors.c.seq),
-        )
+        rows = await plain_rows(conn, _vectors_after(), {"after": self._last_seq})
         if not rows:
             return
         need = self._n + len(rows)

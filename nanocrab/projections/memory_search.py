@@ -10,6 +10,7 @@ Per engine, the process keeps an exact in-process index (``VectorStore(index="ex
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import weakref
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, literal, select, true
+from sqlalchemy import Select, bindparam, literal, select, true
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -144,7 +145,7 @@ async def _pending(conn: AsyncConnection, mem: _EngineMemory, limit: int) -> lis
     to the database thread, and on a busy event loop every one costs milliseconds)."""
     try:
         for _ in range(2):
-            rows = await plain_rows(conn, _pending_query(mem.upto, limit))
+            rows = await plain_rows(conn, _pending_query(), {"upto": mem.upto, "limit": limit})
             generation = rows[0].store_generation
             if generation == mem.generation:
                 break
@@ -159,18 +160,20 @@ async def _pending(conn: AsyncConnection, mem: _EngineMemory, limit: int) -> lis
         return []
 
 
-def _pending_query(upto: int, limit: int) -> Select[Any]:
-    """One row per pending item, each with the store's generation; one row of ``NULL`` items
-    when none is pending (the generation still read). Plain columns only (:func:`plain_rows`):
-    what a recall shows and :func:`vectorise` stores."""
+@functools.cache
+def _pending_query() -> Select[Any]:
+    """One row per pending item (``seq`` above ``:upto``, the oldest ``:limit``), each with the
+    store's generation; one row of ``NULL`` items when none is pending (the generation still
+    read). Plain columns only (:func:`plain_rows`): what a recall shows and :func:`vectorise`
+    stores. Built once: :func:`plain_rows` keeps its compiled SQL."""
     items = memory_items.c
     pending = (
         select(items.item_id, items.seq, items.kind, items.text, items.outcome, items.summary,
                items.tools, items.files)
         .select_from(memory_items.outerjoin(
             memory_vectors, memory_items.c.item_id == memory_vectors.c.item_id))
-        .where(memory_items.c.seq > upto, memory_vectors.c.item_id.is_(None))
-        .order_by(memory_items.c.seq).limit(limit)
+        .where(memory_items.c.seq > bindparam("upto"), memory_vectors.c.item_id.is_(None))
+        .order_by(memory_items.c.seq).limit(bindparam("limit"))
         .subquery("pending")
     )  # fmt: skip
     generation = (

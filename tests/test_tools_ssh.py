@@ -451,3 +451,26 @@ async def test_more_commands_at_once_than_the_server_has_sessions(remote: Any) -
 
     outputs = await asyncio.gather(*(run(i) for i in range(14)))
     assert outputs == [f"{i}\n".encode() for i in range(14)]
+
+
+async def test_a_channel_the_server_refuses_for_a_moment_is_asked_for_again(remote: Any) -> None:
+    """sshd still counts a session that just closed against MaxSessions for a moment (it failed
+    the test above once, under load): a refused channel open is tried again, briefly."""
+    ops, _, ws, _ = remote
+    conn, _ = await ops._connect()
+    real = conn.create_session
+    refusals = []
+
+    async def refuse_once(*args: Any, **kw: Any) -> Any:
+        if not refusals:
+            refusals.append(1)
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, "open failed")
+        return await real(*args, **kw)
+
+    conn.create_session = refuse_once
+    try:
+        outcome = await ops.run_process("echo again", cwd=ws, timeout_s=30,
+                                        cancel=asyncio.Event(), on_output=Recorder())  # fmt: skip
+    finally:
+        del conn.create_session
+    assert refusals == [1] and outcome.exit_code == 0 and outcome.output == b"again\n"

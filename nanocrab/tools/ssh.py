@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import asyncssh
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from nanocrab.tools.base import OutputSink, ToolError
 from nanocrab.tools.confine import Confinement, SandboxUnavailable
@@ -66,6 +67,7 @@ _LOST = (asyncssh.DisconnectError, ConnectionError, BrokenPipeError)
 # OpenSSH's default MaxSessions is 10 channels per connection: one is the SFTP session, one is
 # kept for the kill of a command that times out, the rest run commands (more wait their turn)
 _COMMAND_CHANNELS = 8
+_CHANNEL_PATIENCE_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,9 +572,18 @@ class SshOperations:
         root = self._roots[1]
         channel = Channel(self.max_output_bytes)
         try:
-            chan, _ = await conn.create_session(
-                lambda: channel, wrapper(command, root, env), encoding=None
-            )
+            # sshd counts a session against MaxSessions until it has cleaned it up, a moment
+            # after the channel closed on our side: a refused open is tried again, briefly
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(asyncssh.ChannelOpenError),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                stop=stop_after_delay(_CHANNEL_PATIENCE_S),
+                reraise=True,
+            ):
+                with attempt:
+                    chan, _ = await conn.create_session(
+                        lambda: channel, wrapper(command, root, env), encoding=None
+                    )
         except asyncssh.ChannelOpenError as exc:  # refused by the server; the connection is fine
             raise OSError(errno.EAGAIN, f"ssh: the server refused a channel: {exc}") from exc
         except _LOST as exc:

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from nanocrab.bus import AppendConflict, EventLog, Expect, read
+from nanocrab.bus import AppendConflict, EventLog, Expect, read, read_run
 from nanocrab.bus.log import H_MSG_ID
-from nanocrab.events import LlmDelta, ReplySent, RunStarted, TaskSubmitted
+from nanocrab.bus.runtime import append_chained
+from nanocrab.events import (
+    GuardrailChecked,
+    LlmDelta,
+    LlmRequested,
+    ReplySent,
+    RunStarted,
+    TaskSubmitted,
+    ToolCompleted,
+    new_event_id,
+)
+from nanocrab.handlers.runstate import passed_untouched
 
 
 async def stream_messages(log: EventLog, stream: str | None = None) -> int:
@@ -100,3 +111,46 @@ async def test_appending_where_no_stream_listens_is_a_clear_error(log: EventLog)
         await orphan.append_batch([ReplySent(text="lost?", run_id="r")])
     with pytest.raises(AppendRejected):
         await orphan.append(ReplySent(text="lost?", run_id="r"))
+
+
+def _verdict(run: str, action: str) -> GuardrailChecked:
+    return GuardrailChecked(checkpoint="tool_output", target_id="call-1", action=action,  # type: ignore[arg-type]
+                            run_id=run, source="guardrails")  # fmt: skip
+
+
+async def _types(log: EventLog, run: str) -> list[str]:
+    return [s.event.type for s in await read_run(log, run) if s.event is not None]
+
+
+async def test_a_decision_lands_on_top_of_a_verdict_that_changes_nothing(log: EventLog) -> None:
+    """The orchestrator decides on a run, a clean guardrails verdict lands before its append: the
+    decision stands (it went on after a clean pre-screen), so it is appended on top of the
+    verdict instead of being dropped and made again on the verdict's delivery."""
+    run = new_event_id()
+    scope = log.subjects.run(run)
+    at = (await log.append(ToolCompleted(tool="read", call_id="call-1", run_id=run))).seq
+    await log.append(_verdict(run, "allow"))
+    guard = Expect(at, scope, passed_untouched)
+    await log.append(LlmRequested(turn=1, run_id=run), expect=guard)
+    assert await _types(log, run) == ["tool.completed", "guardrail.checked", "llm.requested"]
+
+    with pytest.raises(AppendConflict):  # the same without saying what is neutral
+        await log.append(LlmRequested(turn=2, run_id=run), expect=Expect(at, scope))
+    blocked = await log.append(_verdict(run, "block"))
+    with pytest.raises(AppendConflict):  # a verdict that blocks changes the decision
+        await log.append(LlmRequested(turn=2, run_id=run), expect=Expect(blocked.seq - 1, scope,
+                                                                        passed_untouched))  # fmt: skip
+    assert (await _types(log, run))[-1] == "guardrail.checked", "nothing stored on a conflict"
+
+
+async def test_a_chained_decision_goes_on_past_a_neutral_event(log: EventLog) -> None:
+    run = new_event_id()
+    scope = log.subjects.run(run)
+    at = (await log.append(TaskSubmitted(text="t", run_id=run, task_id=run))).seq
+    started = await log.append(RunStarted(run_id=run), expect=Expect(at, scope, passed_untouched))
+    await log.append(_verdict(run, "allow"))  # the task's verdict, after the fact
+    await append_chained(log, started, [LlmRequested(turn=0, run_id=run)], scope,
+                         neutral=passed_untouched)  # fmt: skip
+    assert await _types(log, run) == [
+        "task.submitted", "run.started", "guardrail.checked", "llm.requested"
+    ]

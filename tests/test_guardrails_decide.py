@@ -132,22 +132,27 @@ def test_the_reply_waits_and_is_sent_redacted() -> None:
     assert isinstance(completed, RunCompleted) and completed.reply == "key <SECRET_1>"
 
 
-def test_a_reply_pre_screened_clean_goes_out_at_once_and_the_run_ends_on_its_verdict() -> None:
+def test_a_reply_pre_screened_clean_goes_out_at_once_with_the_run_s_end() -> None:
+    """The verdict on a reply pre-screened clean is an allow recorded when it lands — before the
+    decision (both in one), inside it (appended past: ``Expect.neutral``) or after the run's end;
+    nothing waits for it."""
     answer = LlmResponded(provider="s", model="m", content=[TextBlock("all tests pass")],
                           stop_reason="end_turn", run_id=RUN, id="resp0")  # fmt: skip
     state = state_of(task(), STARTED, verdict("task_input", "task1"), TURN0, answer)
     state.prescreened.add(("reply", "resp0"))
-    (reply,) = decide(state, utcnow())  # not the run's end: the verdict lands about now
+    reply, completed = decide(state, utcnow())
     assert isinstance(reply, ReplySent) and reply.text == "all tests pass"
-    state.apply(reply, state.seq + 1)
-    assert decide(state, utcnow()) == []  # sent, and still waiting for the verdict
-    state.apply(verdict("reply", "resp0"), state.seq + 1)
-    (completed,) = decide(state, utcnow())
     assert isinstance(completed, RunCompleted) and completed.reply == "all tests pass"
-    # the verdict landed before the reply did: both in one decision
+    state.apply(reply, state.seq + 1)  # half of it landed (a conflict on a real change)
+    (again,) = decide(state, utcnow())
+    assert isinstance(again, RunCompleted)
+    # the verdict landed before the reply did: the same decision
     first = state_of(task(), STARTED, verdict("task_input", "task1"), TURN0, answer,
                      verdict("reply", "resp0"))  # fmt: skip
     assert [e.type for e in decide(first, utcnow())] == ["reply.sent", "run.completed"]
+    # not pre-screened clean: the run waits for the verdict
+    waiting = state_of(task(), STARTED, verdict("task_input", "task1"), TURN0, answer)
+    assert decide(waiting, utcnow()) == []
 
 
 def test_screen_redacts_a_task_and_keeps_the_placeholder_table_stable() -> None:

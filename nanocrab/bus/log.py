@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 import msgspec
@@ -67,6 +67,16 @@ class Expect:
 
     seq: int
     scope: str | None = None
+    neutral: Callable[[Event], bool] | None = field(default=None, compare=False)
+    """Events that do not change the decision being appended when they land on ``scope`` first
+    (e.g. a guardrails verdict that allows what the decision already went on with): if all
+    that landed since ``seq`` is neutral, the append is made again expecting the new last
+    sequence, instead of failing with :class:`AppendConflict` and leaving the decision to be
+    made again on a later delivery. Bytes that are not an event are never neutral."""
+
+
+_NEUTRAL_REBASES = 8
+"""Appends made again past neutral events, at most, before a conflict is raised anyway."""
 
 
 class _ApiError(msgspec.Struct):
@@ -219,7 +229,9 @@ class EventLog:
             if expect.scope is not None:
                 headers[H_EXPECTED_SCOPE] = expect.scope
         what = f"{event.type} {event.id}"
-        for pause in (*_UNMOVED_RETRIES_S, None):
+        unmoved = iter((*_UNMOVED_RETRIES_S, None))
+        rebases = _NEUTRAL_REBASES
+        while True:
             (ack,) = await self._publish([(subject, payload, headers)], what=what)
             if ack.error is None:
                 return Appended(event.id, subject, ack.stream, ack.seq, ack.duplicate)
@@ -230,6 +242,11 @@ class EventLog:
             earlier = next((m.seq for m in since if m.headers.get(H_MSG_ID) == event.id), None)
             if earlier is not None:
                 return Appended(event.id, subject, self.cfg.log_stream, earlier, True)
+            if since and rebases and self._all_neutral(since, expect.neutral):
+                rebases -= 1  # what slipped in changes nothing: the same decision, on top of it
+                expect = Expect(since[-1].seq, expect.scope, expect.neutral)
+                headers[H_EXPECTED_SEQ] = str(expect.seq)
+                continue
             if since or await self.last_seq(scope) != expect.seq:
                 raise AppendConflict(scope, expect.seq, _describe(ack.error))
             # Refused, yet nothing was stored on the scope since: a replicated stream's leader
@@ -238,10 +255,24 @@ class EventLog:
             # one was acknowledged. Not a conflict: the append is tried again.
             _log.warning("%s refused on %s, which has not moved past %d: %s", what, scope,
                          expect.seq, _describe(ack.error))  # fmt: skip
-            if pause is not None:
-                await asyncio.sleep(pause)
-        raise BusError(f"{what}: refused again and again though the log has not moved past the "
-                       "expected sequence; to be retried")  # fmt: skip
+            pause = next(unmoved)
+            if pause is None:
+                raise BusError(f"{what}: refused again and again though the log has not moved "
+                               "past the expected sequence; to be retried")  # fmt: skip
+            await asyncio.sleep(pause)
+
+    def _all_neutral(
+        self, stored: Sequence[RawMessage], neutral: Callable[[Event], bool] | None
+    ) -> bool:
+        if neutral is None:
+            return False
+        for m in stored:
+            try:
+                if not neutral(self.decode(m.data, subject=m.subject)):
+                    return False
+            except EventDecodeError:
+                return False
+        return True
 
     async def append_nowait(self, event: Event) -> None:
         """Publish without waiting for JetStream's acknowledgement.

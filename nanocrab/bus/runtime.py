@@ -26,7 +26,7 @@ import logging
 import time
 import traceback
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
@@ -138,7 +138,8 @@ async def append_reaction(
                 events = stamp(handler, cause, reaction.events, first=first)
                 appended = await log_.append(events[0], expect=reaction.expect)
             if reaction.chained:
-                await append_chained(log_, appended, events[1:], reaction.expect.scope)
+                await append_chained(log_, appended, events[1:], reaction.expect.scope,
+                                     neutral=reaction.expect.neutral)  # fmt: skip
                 return True
         except AppendConflict:
             return False
@@ -153,12 +154,18 @@ async def _taken(log_: EventLog, appended: Appended) -> bool:
 
 
 async def append_chained(
-    log_: EventLog, after: Appended, events: Sequence[Event], scope: str | None
+    log_: EventLog,
+    after: Appended,
+    events: Sequence[Event],
+    scope: str | None,
+    *,
+    neutral: Callable[[Event], bool] | None = None,
 ) -> None:
     """Append ``events`` (stamped) after ``after``, in order: each one on ``scope`` expecting the
     last one on it before as the scope's last, so nothing lands on top of an event another
-    writer slipped in (:class:`AppendConflict`; the rest is not appended). Events elsewhere (a
-    parent run's, a session's) are appended unguarded in their place; trailing ones as a batch."""
+    writer slipped in (:class:`AppendConflict`; the rest is not appended) unless all that
+    slipped in is ``neutral`` (:attr:`Expect.neutral`). Events elsewhere (a parent run's, a
+    session's) are appended unguarded in their place; trailing ones as a batch."""
     events = list(events)
     last = after.seq
     while events and scope is not None:
@@ -166,7 +173,7 @@ async def append_chained(
             break
         event = events.pop(0)
         if _in_scope(log_.subjects.for_event(event), scope):
-            last = (await log_.append(event, expect=Expect(last, scope))).seq
+            last = (await log_.append(event, expect=Expect(last, scope, neutral))).seq
         else:
             await log_.append(event)
     await log_.append_batch(events)

@@ -68,7 +68,7 @@ from nanocrab.guardrails.config import AlignmentFilter
 from nanocrab.handlers.alerts import AlertSink
 from nanocrab.handlers.conversation import text_of
 from nanocrab.handlers.runloader import RunLoader
-from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.runstate import RunState, passed_untouched
 from nanocrab.reload import ConfigView
 
 if TYPE_CHECKING:  # the anthropic SDK is imported only where a key is set (cli/wiring.py)
@@ -451,8 +451,7 @@ class GuardrailsHandler:
         out = screen(chain, state, event, self.name, judgements, clean)
         if memo is not None:
             for e in out:
-                if (isinstance(e, GuardrailChecked) and e.action == "allow" and not e.findings
-                        and e.error is None and e.redacted_text is None):  # fmt: skip
+                if isinstance(e, GuardrailChecked) and passed_untouched(e):
                     memo.remember_clean(chain, run_id, e.checkpoint, e.target_id)
         if self.alerts is not None:
             for e in out:

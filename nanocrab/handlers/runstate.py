@@ -384,3 +384,18 @@ def fold(run_id: str, events: list[tuple[int, Event]], trust: Trust | None = Non
     for seq, event in events:
         state.apply(event, seq)
     return state
+
+
+def passed_untouched(event: Event) -> bool:
+    """Whether ``event`` is a guardrails verdict that lets its subject through as it is (an
+    ``allow`` with no finding, no redaction, no error): what a run that went on after a clean
+    pre-screen already assumed, so the orchestrator's decision stands when one lands first
+    (:attr:`~nanocrab.bus.Expect.neutral`)."""
+    return (
+        isinstance(event, GuardrailChecked)
+        and event.action == "allow"
+        and not event.findings
+        and event.redacted_text is None
+        and not event.placeholders_added
+        and event.error is None
+    )

@@ -240,11 +240,6 @@ def _decide(
     # (another orchestrator instance, a redelivery), only what is missing is decided
     replied = state.reply is not None and state.reply_turn == turn.index
     reply: list[Event] = [] if replied else [ReplySent(text=answer)]
-    if state.guarded("reply") and ("reply", turn.response.id) not in state.verdicts:
-        # pre-screened clean: the answer goes out now and the run goes on when the verdict (an
-        # allow) lands, about now — what followed the reply in this decision would be appended
-        # on top of it, conflict, and be decided again on its delivery anyway
-        return reply
     if _unchecked_messages(state):
         return reply  # a queued message waits for its verdict before it is delivered
     if follow and len(state.turns) < max_steps(state):

@@ -53,7 +53,7 @@ from nanocrab.handlers.orchestrator.budget import UsageView
 from nanocrab.handlers.orchestrator.decide import agent_of, deadline, decide
 from nanocrab.handlers.orchestrator.rejections import DeadLetter, TaskRejected, reject, task_run
 from nanocrab.handlers.runloader import RunLoader
-from nanocrab.handlers.runstate import RunState, Trust
+from nanocrab.handlers.runstate import RunState, Trust, passed_untouched
 from nanocrab.policy.budgets import Budgets
 from nanocrab.reload import ConfigView
 
@@ -86,6 +86,11 @@ RUN_EVENTS: tuple[type[Event], ...] = tuple(
 # decides instead". That holds only if the newer event is delivered here. (Leaving alerts out
 # stalled a run for good: a blocking verdict and its alert are two appends, and a decision on the
 # verdict read before the alert landed was dropped with nothing left to decide.)
+
+
+_HANDS_ON = (LlmRequested, ToolRequested, RunCompleted, RunFailed, RunCancelled)
+"""A decision ending with one of these waits for no verdict: what goes on comes from another
+handler (the model's answer, a grant) or nowhere (the run ended)."""
 
 
 class Orchestrator:
@@ -203,8 +208,9 @@ class Orchestrator:
                         f"on {stored.subject}); every event needs an id of its own: publish "
                         "the task again with a new id"
                     )
-            scope = reaction.expect.scope if reaction.expect is not None else None
-            await append_chained(self.log, appended, rest, scope)  # as Reaction.chained
+            expect = reaction.expect
+            await append_chained(self.log, appended, rest, expect.scope if expect else None,
+                                 neutral=expect.neutral if expect else None)  # as Reaction.chained
         except AppendConflict:
             return  # the run moved on meanwhile: the newer event decides
         except PublishRefused:
@@ -266,7 +272,12 @@ class Orchestrator:
                               budgets=budgets, spending=spending)  # fmt: skip
         if state.terminal and not decision:
             self.loader.forget(run_id)
-        guard = Expect(state.seq, self.loader.scope(run_id))
+        # a decision that hands the run on (or ends it) stands on top of a clean verdict that
+        # landed first; one that waits for a verdict to go on (a reply whose run ends when its
+        # verdict lands) must not be appended past it: that verdict's delivery goes on with it
+        hands_on = bool(decision) and isinstance(decision[-1], _HANDS_ON)
+        guard = Expect(state.seq, self.loader.scope(run_id),
+                       passed_untouched if hands_on else None)  # fmt: skip
         return state, Reaction(decision, expect=guard, chained=True)
 
     async def _budgets(self, state: RunState) -> Budgets | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from nanocrab.bus import Expect
 from nanocrab.events import (
     Event,
     GuardrailChecked,
@@ -24,7 +25,8 @@ from nanocrab.guardrails import load_guardrails
 from nanocrab.handlers import conversation
 from nanocrab.handlers.guardrails import Chain, screen
 from nanocrab.handlers.orchestrator import decide
-from nanocrab.handlers.runstate import RunState
+from nanocrab.handlers.orchestrator.reactor import guard_of
+from nanocrab.handlers.runstate import RunState, passed_untouched
 
 RUN = "run1"
 ALL = ["reply", "task_input", "tool_call", "tool_output"]
@@ -164,3 +166,13 @@ def test_screen_redacts_a_task_and_keeps_the_placeholder_table_stable() -> None:
     assert {(f.start, f.end) for f in checked.findings} == {(5, 22), (27, 44)}
     again = screen(DEFAULT, state_of(t, checked), t)
     assert again == []  # judged already: a redelivery adds nothing
+
+
+def test_only_a_decision_that_hands_the_run_on_is_appended_past_a_clean_verdict() -> None:
+    """A decision waiting for a verdict to go on, appended past that verdict, would leave the run
+    waiting for ever (its delivery decides on a state without the decision and conflicts)."""
+    done = [ReplySent(text="x"), RunCompleted(reply="x", steps=1)]
+    assert guard_of(done, 7, "s").neutral is passed_untouched
+    assert guard_of([LlmRequested(turn=1)], 7, "s").neutral is passed_untouched
+    assert guard_of([ReplySent(text="x")], 7, "s").neutral is None, "waits for a verdict"
+    assert guard_of([], 7, "s") == Expect(7, "s")

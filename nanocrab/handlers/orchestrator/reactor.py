@@ -93,6 +93,18 @@ _HANDS_ON = (LlmRequested, ToolRequested, RunCompleted, RunFailed, RunCancelled)
 handler (the model's answer, a grant) or nowhere (the run ended)."""
 
 
+def guard_of(decision: Sequence[Event], seq: int, scope: str) -> Expect:
+    """The precondition of appending ``decision``, made on the run as of ``seq``.
+
+    A decision that hands the run on (or ends it) stands on top of a clean verdict that landed
+    first (:attr:`Expect.neutral`); one that waits for a verdict to go on (a reply sent while a
+    queued message is checked) must not be appended past it: the run goes on at that verdict's
+    delivery, which would decide on a state without the decision, conflict with it, and leave
+    the run waiting for ever."""
+    hands_on = bool(decision) and isinstance(decision[-1], _HANDS_ON)
+    return Expect(seq, scope, passed_untouched if hands_on else None)
+
+
 class Orchestrator:
     name = "orchestrator"
     consumes: tuple[type[Event], ...] = (
@@ -272,12 +284,7 @@ class Orchestrator:
                               budgets=budgets, spending=spending)  # fmt: skip
         if state.terminal and not decision:
             self.loader.forget(run_id)
-        # a decision that hands the run on (or ends it) stands on top of a clean verdict that
-        # landed first; one that waits for a verdict to go on (a reply whose run ends when its
-        # verdict lands) must not be appended past it: that verdict's delivery goes on with it
-        hands_on = bool(decision) and isinstance(decision[-1], _HANDS_ON)
-        guard = Expect(state.seq, self.loader.scope(run_id),
-                       passed_untouched if hands_on else None)  # fmt: skip
+        guard = guard_of(decision, state.seq, self.loader.scope(run_id))
         return state, Reaction(decision, expect=guard, chained=True)
 
     async def _budgets(self, state: RunState) -> Budgets | None:

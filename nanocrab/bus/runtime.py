@@ -344,11 +344,10 @@ class HandlerRuntime:
         self._slots.release()
 
     def _classify(self, msg: Msg) -> None:
-        tokens = msg.subject.split(".")
         key = _run_key(msg.subject)
-        is_admission = len(tokens) == 6 and (
-            f"{tokens[4]}.{tokens[5]}" in self._admission
-            or (bool(self._known_first) and key is not None and key not in self._known)
+        is_admission = key is not None and (
+            _type_of(msg.subject) in self._admission
+            or (bool(self._known_first) and key not in self._known)
         )
         if is_admission or (key is not None and self._low_runs.get(key)):
             self._low.append((msg, time.monotonic()))

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 # bench/ for its helpers, then this checkout ahead of the installed nanocrab (a copy of the
 # repository at another commit then measures that commit's code)
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
@@ -42,17 +44,33 @@ async def main(n: int, db: str | None, read_here: bool) -> None:
         if read_here:
             projector.reader_process_min = n + 1
         await projector.setup()
+        server = _nats_server()
         t, cpu, reader = time.perf_counter(), time.process_time(), _children_cpu()
+        nats = _cpu(server)
         applied = await projector.rebuild()
         took, cpu = time.perf_counter() - t, time.process_time() - cpu
-        reader = _children_cpu() - reader
+        reader, nats = _children_cpu() - reader, _cpu(server) - nats
         await engine.dispose()
         print(
             f"rebuild into {engine.dialect.name} (read {'here' if read_here else 'apart'}): "
             f"{applied:,} events in {took:.2f}s = {applied / took:,.0f} events/s · target >= "
             f"60,000 · CPU µs/event: this process {cpu / max(applied, 1) * 1e6:.1f}, "
-            f"reader process {reader / max(applied, 1) * 1e6:.1f}"
+            f"reader process {reader / max(applied, 1) * 1e6:.1f}, nats-server "
+            f"{nats / max(applied, 1) * 1e6:.1f} · {os.cpu_count()} cores"
         )
+
+
+def _nats_server() -> psutil.Process | None:
+    """The embedded nats-server this bench started (a child of this process)."""
+    found = [p for p in psutil.Process().children() if "nats-server" in p.name()]
+    return found[0] if found else None
+
+
+def _cpu(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 def _children_cpu() -> float:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.sqlite import DATETIME
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import EventLog, Stored, Subjects
@@ -21,6 +24,7 @@ from nanocrab.projections import (
     run_timeline,
     run_timeline_rows,
 )
+from nanocrab.projections import db as db_module
 from nanocrab.projections import projector as projector_module
 from nanocrab.projections.feed import SharedFeed
 
@@ -208,3 +212,19 @@ async def test_a_stopped_projector_does_not_wait_out_its_gathering_pause(
         task.cancel()
     assert await projector.checkpoint() == seq, "the burst held back is applied on stop"
     assert [r.seq for r in await run_timeline_rows(sqlite_engine, "held")] == [seq]
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        datetime(2026, 11, 24, 16, 31, 4, 815032, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),  # no microseconds: still written out
+        datetime(999, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+        datetime(2026, 6, 1, 1, 30, tzinfo=timezone(timedelta(hours=2))),  # stored as UTC
+    ],
+)
+def test_times_are_written_as_sqlalchemy_writes_them_on_sqlite(when: datetime) -> None:
+    """The bulk path's own formatting must read back through ``Table`` like SQLAlchemy's."""
+    processor = DATETIME().bind_processor(sqlite.dialect())
+    assert processor is not None
+    assert db_module._sqlite_datetime(when) == processor(when.astimezone(UTC).replace(tzinfo=None))

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from nanocrab.events import Event
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
 
 
+@lru_cache(maxsize=16384)
 def sanitize_token(token: str) -> str:
-    """Map any string onto one safe subject token (letters, digits, ``_`` and ``-``)."""
+    """Map any string onto one safe subject token (letters, digits, ``_`` and ``-``).
+
+    Cached: every event read back is checked against the subject its envelope implies, and the
+    same tenants and run ids come again and again (a rebuild spent ~4 % of its time here)."""
     return _UNSAFE.sub("_", token)[:128] or "_"
 
 
@@ -50,18 +55,10 @@ class Subjects:
         self.ephemeral_root = ephemeral_root
 
     def for_event(self, event: Event) -> str:
-        family, name = event.type.split(".", 1)
         root = self.ephemeral_root if event.ephemeral else self.root
-        return ".".join(
-            (
-                root,
-                sanitize_token(event.tenant),
-                event.subject_kind,
-                sanitize_token(event.subject_id()),
-                family,
-                name,
-            )
-        )
+        tenant, kind = sanitize_token(event.tenant), event.subject_kind
+        # the type is ``family.name``: its two tokens as they are
+        return f"{root}.{tenant}.{kind}.{sanitize_token(event.subject_id())}.{event.type}"
 
     @property
     def log_all(self) -> str:

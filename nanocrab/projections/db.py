@@ -57,9 +57,12 @@ def _sqlite_datetime(value: datetime | None) -> str | None:
     if value.tzinfo is not None and value.tzinfo is not UTC:
         value = value.astimezone(UTC)
     # SQLAlchemy's storage format for DateTime on SQLite ("%Y-%m-%d %H:%M:%S.%f", naive), so
-    # rows read back through ``Table`` as usual; isoformat writes it several times faster than
-    # strftime, and cutting off "+00:00" is cheaper than a naive copy
-    return value.isoformat(" ", "microseconds")[:26]
+    # rows read back through ``Table`` as usual; %-formatting writes it in 3/4 of isoformat's
+    # time (which asks the zone for its offset), half an f-string's and 2/5 of strftime's
+    v = value
+    return "%04d-%02d-%02d %02d:%02d:%02d.%06d" % (  # noqa: UP031 (see above)
+        v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
+    )  # fmt: skip
 
 
 async def bulk_insert(

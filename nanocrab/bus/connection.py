@@ -22,6 +22,7 @@ from nats.js.errors import NotFoundError
 
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.errors import AuthenticationFailed, BusError
+from nanocrab.bus.natsparse import FastParser
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,7 +89,12 @@ class Client(NATS):
     carries several headers, and nats-py's check of each name for whitespace (a generator per
     name) was a few per cent of a busy handler process's event loop. Same result: ``Name:
     Value`` lines, names without whitespace, values stripped and decoded as UTF-8 with
-    replacement (``tests/test_bus_connection.py``)."""
+    replacement (``tests/test_bus_connection.py``). Its protocol parser reads message frames
+    without nats-py's regular expressions (:class:`~nanocrab.bus.natsparse.FastParser`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ps = FastParser(self)
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:

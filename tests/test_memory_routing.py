@@ -4,6 +4,7 @@ consolidation, the router choosing agents from natural language, agents.yaml err
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from nanocrab.handlers.router import RouterHandler
 from nanocrab.llm import ScriptedProvider
 from nanocrab.llm.base import Provider
 from nanocrab.memory import default_embedder
+from nanocrab.memory.errors import NanocrabMemoryError
 from nanocrab.memory.store import memory_vectors
 from nanocrab.projections import Projector
 from nanocrab.projections.memory import MemoryProjection, memory_items
@@ -269,6 +271,28 @@ async def test_the_memory_projection_rebuilds_identically(
     query = default_embedder().embed(["chart of signups per week"])[0]
     hits = await recall(engine, query, k=1, kind="episode")
     assert hits[0].item_id == "episode:mem-run-1"
+
+
+class _NoModel:
+    def embed(self, texts: object) -> object:
+        raise NanocrabMemoryError("no embedding model installed")
+
+
+async def test_a_search_whose_query_cannot_be_embedded_says_so_and_a_recall_goes_without(
+    sqlite_engine: AsyncEngine, log: EventLog
+) -> None:
+    """The query is embedded while the database is read: its failure still reaches the caller
+    (and a run-start recall, which must not fail the run, answers nothing)."""
+    await Projector(log, sqlite_engine, MemoryProjection()).setup()
+    async with sqlite_engine.begin() as conn:  # an episode to compare with: a recall searches
+        await conn.execute(memory_items.insert().values(
+            item_id="episode:r0", seq=1, kind="episode", run_id="r0", session_id="s0",
+            text="an earlier task", outcome="completed", summary="", tools="[]", files="[]",
+            time=datetime.now(UTC),
+        ))  # fmt: skip
+    with pytest.raises(NanocrabMemoryError, match="no embedding model"):
+        await search(sqlite_engine, "anything", embedder=_NoModel)
+    assert await recaller(sqlite_engine, _NoModel)("anything") is None
 
 
 WRITE_ANYWAY = """

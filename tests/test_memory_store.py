@@ -255,3 +255,25 @@ async def test_plain_rows_read_what_sqlalchemy_reads_and_fail_as_it_does(
             expected = [tuple(r) for r in (await conn.execute(after, {"after": n})).all()]
             got = [tuple(r) for r in await plain_rows(conn, after, {"after": n})]
             assert got == expected and len(got) == 5 - n
+
+
+async def test_a_search_caught_up_beforehand_finds_what_one_without_finds(
+    engine: AsyncEngine, store: VectorStore
+) -> None:
+    """``catch_up`` then ``nearest(caught_up=True)`` (how a search overlaps reading the index
+    with embedding its query) sees items stored since the index last looked."""
+    vectors = unit_vectors(40, seed=7)
+    async with engine.begin() as conn:
+        await store.add(conn, items(vectors[:20]))
+    async with engine.connect() as conn:
+        caught_up = await store.catch_up(conn)
+        assert caught_up == (await store.index(conn) == "exact")
+        ahead = await store.nearest(conn, vectors[3], k=5, caught_up=caught_up)
+        assert ahead == await store.nearest(conn, vectors[3], k=5)
+        assert ahead[0][0] == "m3"
+    async with engine.begin() as conn:
+        await store.add(conn, items(vectors[20:], prefix="n"))
+    async with engine.connect() as conn:
+        caught_up = await store.catch_up(conn)
+        (best,) = await store.nearest(conn, vectors[25], k=1, caught_up=caught_up)
+        assert best[0] == "n5"

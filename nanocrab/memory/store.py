@@ -325,20 +325,30 @@ class VectorStore:
         kind: str | None = None,
         min_score: float | None = None,
         generation: int | None = None,
+        caught_up: bool = False,
     ) -> list[tuple[str, float]]:
         """:meth:`search`'s ``(item_id, score)`` pairs only: on the exact index, one query
         fewer (the index holds the ids), two with ``generation`` (the store's deletion
-        generation, when the caller has just read it on ``conn``)."""
-        if await self.index(conn) != "exact":
+        generation, when the caller has just read it on ``conn``), none with ``caught_up``
+        (the caller has just called :meth:`catch_up` on ``conn``)."""
+        if not caught_up and not await self.catch_up(conn, generation):
             hits = await self.search(conn, query, k=k, kind=kind, min_score=min_score)
             return [(h.item_id, h.score) for h in hits]
-        q = self._unit(query)
+        found = self._exact.top_ids(self._unit(query), k, kind)
+        return [(i, sc) for i, sc in found if min_score is None or sc >= min_score]
+
+    async def catch_up(self, conn: AsyncConnection, generation: int | None = None) -> bool:
+        """Read into the exact in-process index what was stored since it last looked (before
+        a :meth:`nearest` that says ``caught_up``: a search can do it while its query is being
+        embedded); ``False`` when searches use the database's own index instead, which needs
+        nothing of the kind. ``generation`` as for :meth:`nearest`."""
+        if await self.index(conn) != "exact":
+            return False
         try:
             await self._exact.catch_up(conn, generation)
         except DBAPIError as exc:
             raise NanocrabMemoryError(f"memory search failed on the exact index: {exc}") from exc
-        found = self._exact.top_ids(q, k, kind)
-        return [(i, sc) for i, sc in found if min_score is None or sc >= min_score]
+        return True
 
     def _unit(self, vector: Vectors) -> Vectors:
         v = np.asarray(vector, dtype=np.float32).reshape(-1)

@@ -245,14 +245,17 @@ async def _recall_on(
     kind: str | None,
     min_score: float | None,
     generation: int | None,
+    *,
+    caught_up: bool = False,
 ) -> list[Recalled]:
-    """``generation``: the store's, if just read on ``conn`` (saves the index reading it)."""
+    """``generation``: the store's, if just read on ``conn`` (saves the index reading it);
+    ``caught_up``: :func:`_caught_up` said so on ``conn`` just before."""
     import numpy as np
 
     try:
         hits = await mem.store.nearest(conn, np.asarray(query_vector, dtype=np.float32), k=k,
-                                       kind=kind, min_score=min_score,
-                                       generation=generation)  # fmt: skip
+                                       kind=kind, min_score=min_score, generation=generation,
+                                       caught_up=caught_up)  # fmt: skip
     except (DBAPIError, NanocrabMemoryError):  # no tables yet
         await conn.rollback()
         return []
@@ -263,6 +266,17 @@ async def _recall_on(
         )).mappings():  # fmt: skip
             mem.remember(r)
     return [_recalled(mem.rows[i], score) for i, score in hits if i in mem.rows]
+
+
+async def _caught_up(conn: AsyncConnection, mem: _EngineMemory, generation: int | None) -> bool:
+    """Bring the exact index up to date on ``conn`` (what :func:`_recall_on` would do first);
+    ``False`` when it is not in use or failed (then the search does it as before and says what
+    is wrong)."""
+    try:
+        return await mem.store.catch_up(conn, generation)
+    except (DBAPIError, NanocrabMemoryError):  # no tables yet
+        await conn.rollback()
+        return False
 
 
 def _recalled(r: Any, score: float) -> Recalled:
@@ -285,23 +299,34 @@ async def search(
     vectorising: those rows (the oldest ``pending_limit``) are embedded with the query and
     scored in memory, and their vectors are stored by a background :func:`vectorise`, so a
     search never waits for a write (nor for the projector's transaction holding the SQLite
-    lock). Embedding runs in a thread."""
+    lock). Embedding runs in a thread; the query's starts first and runs while the pending rows
+    are read (on a busy event loop that read is a millisecond or more of the wait)."""
     import numpy as np
 
     factory = embedder or _default_factory
     mem = _memory(engine)
-    async with engine.connect() as conn:  # one connection: a search is a few small reads
-        pending = [r for r in await _pending(conn, mem, pending_limit)
-                   if kind is None or r.kind == kind]  # fmt: skip
-        texts = [text, *(r.text for r in pending)]
-        vectors = await asyncio.to_thread(_embed_each, factory, texts)
-        found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation)
+    embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, [text]))
+    try:
+        async with engine.connect() as conn:  # one connection: a search is a few small reads
+            pending = [r for r in await _pending(conn, mem, pending_limit)
+                       if kind is None or r.kind == kind]  # fmt: skip
+            others = (await asyncio.to_thread(_embed_each, factory, [r.text for r in pending])
+                      if pending else [])  # fmt: skip
+            caught_up = await _caught_up(conn, mem, mem.generation)
+            (vector,) = await embedding
+            found = await _recall_on(conn, mem, vector, k, kind, min_score, mem.generation,
+                                     caught_up=caught_up)  # fmt: skip
+    finally:
+        if not embedding.done():
+            embedding.cancel()  # the thread finishes on its own; nobody waits for it
+        elif not embedding.cancelled():
+            embedding.exception()  # raised above, or not needed: retrieved either way
     if not pending:
         return found
     _store_later(engine, mem, factory)
-    query = vectors[0] / max(float(np.linalg.norm(vectors[0])), 1e-12)
+    query = vector / max(float(np.linalg.norm(vector)), 1e-12)
     seen = {r.item_id for r in found}
-    for r, v in zip(pending, vectors[1:], strict=True):
+    for r, v in zip(pending, others, strict=True):
         score = round(float(v @ query / max(float(np.linalg.norm(v)), 1e-12)), 4)
         if r.item_id in seen or (min_score is not None and score < min_score):
             continue

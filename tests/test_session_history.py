@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from nanocrab.bus import EventLog
 from nanocrab.events import (
     Event,
+    GuardrailChecked,
     MessageQueued,
     ReplySent,
     RunStarted,
@@ -273,4 +274,55 @@ async def test_a_new_session_past_the_checkpoint_is_answered_without_reading_the
     assert texts(await index("s-new", "r4", t_next.seq)) == [
         ("user", "hello"), ("assistant", "hi"),
     ]  # fmt: skip
+    await index.close()
+
+
+async def test_with_the_projection_lagging_a_new_session_reads_only_its_own_stretch_of_the_log(
+    log: EventLog,
+) -> None:
+    """A burst of new sessions: the projection's checkpoint is past where the index started
+    but far behind the log. Loading one session reads from its own first history event on,
+    not every session's events since the checkpoint; what it reads is still complete (a
+    verdict that redacted its task after other sessions' events is in its history)."""
+    checkpoint = {"at": 0}
+
+    @dataclass(frozen=True)
+    class Empty:
+        position: int
+        archived: bool = False
+        rows: tuple[tuple[int, str, str, str, str], ...] = ()
+
+    async def snapshot(session_id: str, *, up_to: int, limit: int) -> Snapshot:
+        return Empty(min(checkpoint["at"], up_to))
+
+    index = SessionIndex(log, snapshot=snapshot, capacity=4)  # prefetches at most one load
+    assert await index("other", "r0", 2) == []  # following the log from here on
+    checkpoint["at"] = (await log.append(RunStarted(**env("warm-up", "other")))).seq
+    for i in range(12):  # other sessions' history, after the checkpoint
+        for e in turn(f"o{i}", f"task {i}", f"answer {i}", session=f"o-{i}"):
+            await log.append(e)
+    first = TaskSubmitted(text="mail me at a@b.example", **env("r1", "s-new"))
+    task = await log.append(first)
+    for i in range(12, 20):
+        for e in turn(f"o{i}", f"task {i}", f"answer {i}", session=f"o-{i}"):
+            await log.append(e)
+    await log.append(GuardrailChecked(
+        checkpoint="task_input", target_id=first.id, action="redact",
+        redacted_text="mail me at <EMAIL_1>", **env("r1", "s-new"),
+    ))  # fmt: skip
+    await log.append(ReplySent(text="done", **env("r1", "s-new")))
+    t2 = await log.append(TaskSubmitted(text="again", **env("r2", "s-new")))
+    ranges: list[tuple[int, int]] = []
+    read = index._read
+
+    async def recorded(after: int, up_to: int) -> list[tuple[int, Event]]:
+        ranges.append((after, up_to))
+        return await read(after, up_to)
+
+    index._read = recorded  # type: ignore[method-assign]
+    index._cache.pop("s-new", None)  # as if the burst had evicted it: loaded on demand
+    assert texts(await index("s-new", "r2", t2.seq)) == [
+        ("user", "mail me at <EMAIL_1>"), ("assistant", "done"),
+    ]  # fmt: skip
+    assert ranges and all(lo >= task.seq - 1 for lo, _ in ranges), ranges
     await index.close()

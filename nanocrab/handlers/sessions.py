@@ -32,7 +32,11 @@ A session not in ``_seen`` (or first seen after ``up_to``) has nothing in ``(hor
 when ``up_to <= position``, so the log is read only over ``(snapshot, min(horizon, up_to)]`` —
 not at all once the projection's checkpoint has passed the horizon, the usual case for a
 brand-new session, whose load then costs one SQL read instead of the log's pages of every
-session since the checkpoint.
+session since the checkpoint. A session that is in ``_seen`` has its history events after the
+horizon between its first and last sequence there (verdicts that change a message's text
+included), so past the horizon only that stretch is read — in a burst of new sessions the
+projection lags and every load used to read all sessions' events since its checkpoint (a
+session's own history event comes before its first model call's load: it is always seen).
 
 If the consumer falls behind (more than ``wait_s``), or a session holds too few messages to
 answer, that one request reads the same way up to T, uncached: slower, never stale. After a
@@ -330,7 +334,7 @@ class SessionIndex:
         except EventDecodeError:
             event = None  # not history; the handlers' dead-letter path records it
         if event is not None and event.session_id:
-            if said(event, seq) is not None or archives(event):
+            if said(event, seq) is not None or archives(event) or _screens(event):
                 self._see(event.session_id, seq)
             entry = self._cache.get(event.session_id)
             if entry is None and isinstance(event, TaskSubmitted) and said(event, seq):
@@ -349,13 +353,23 @@ class SessionIndex:
             _, (_, last) = self._seen.popitem(last=False)
             self.horizon = max(self.horizon, last)
 
-    def _unseen_after(self, session_id: str, up_to: int) -> int | None:
-        """A sequence after which the session has no history event up to ``up_to`` (so the log
-        need not be read there), or ``None`` when the index cannot tell."""
+    def _to_read(self, session_id: str, after: int, up_to: int) -> tuple[int, int] | None:
+        """The part ``(lo, hi]`` of the log a load of the session up to ``up_to`` must read
+        past a snapshot at ``after`` (``None``: nothing). Up to ``horizon`` the index cannot
+        tell; after it, the session's history events all lie between the first and the last
+        ``_seen`` recorded (none at all when it is not there)."""
         if up_to > self.position:
-            return None
-        first = self._seen.get(session_id, (up_to + 1, 0))[0]
-        return self.horizon if first > up_to else None
+            return (after, up_to) if after < up_to else None
+        first, last = self._seen.get(session_id, (up_to + 1, 0))
+        if last > up_to:
+            last = up_to
+        if first > last:
+            lo, hi = after, min(self.horizon, up_to)  # nothing of it after the horizon
+        elif after >= self.horizon:
+            lo, hi = max(after, first - 1), last  # only its own stretch of the log
+        else:
+            lo, hi = after, last  # before the horizon too: one read from the snapshot on
+        return (lo, hi) if lo < hi else None
 
     def _wake(self) -> None:
         still = []
@@ -440,11 +454,10 @@ class SessionIndex:
             entry.complete = len(snap.rows) < self.keep
             if snap.archived:
                 entry.archive(0)
-        unseen = self._unseen_after(session_id, up_to)
-        read_to = up_to if unseen is None else min(unseen, up_to)
-        if after < read_to:
+        part = self._to_read(session_id, after, up_to)
+        if part is not None:
             self.log_reads += 1
-            for seq, event in await self._read(after, read_to):
+            for seq, event in await self._read(*part):
                 if event.session_id == session_id:
                     _fold(entry, event, seq)
         return entry
@@ -461,6 +474,12 @@ class SessionIndex:
             except EventDecodeError:
                 continue
         return out
+
+
+def _screens(event: Event) -> bool:
+    """A verdict that changes a message's text in history (folded like one, so ``_seen``
+    counts it: a load must read it when it lands after the message)."""
+    return isinstance(event, GuardrailChecked) and screened_message(event) is not None
 
 
 def _fold(entry: SessionEntry, event: Event, seq: int) -> None:

@@ -299,34 +299,34 @@ async def search(
     vectorising: those rows (the oldest ``pending_limit``) are embedded with the query and
     scored in memory, and their vectors are stored by a background :func:`vectorise`, so a
     search never waits for a write (nor for the projector's transaction holding the SQLite
-    lock). Embedding runs in a thread; the query's starts first and runs while the pending rows
-    are read (on a busy event loop that read is a millisecond or more of the wait)."""
+    lock). Embedding runs in a thread, while the exact index reads what was stored since it
+    last looked (one trip to the database thread fewer after the embedding; starting the
+    embedding before the pending rows are read made a run's start slower, docs/architecture.md)."""
     import numpy as np
 
     factory = embedder or _default_factory
     mem = _memory(engine)
-    embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, [text]))
-    try:
-        async with engine.connect() as conn:  # one connection: a search is a few small reads
-            pending = [r for r in await _pending(conn, mem, pending_limit)
-                       if kind is None or r.kind == kind]  # fmt: skip
-            others = (await asyncio.to_thread(_embed_each, factory, [r.text for r in pending])
-                      if pending else [])  # fmt: skip
+    async with engine.connect() as conn:  # one connection: a search is a few small reads
+        pending = [r for r in await _pending(conn, mem, pending_limit)
+                   if kind is None or r.kind == kind]  # fmt: skip
+        texts = [text, *(r.text for r in pending)]
+        embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, texts))
+        try:
             caught_up = await _caught_up(conn, mem, mem.generation)
-            (vector,) = await embedding
-            found = await _recall_on(conn, mem, vector, k, kind, min_score, mem.generation,
-                                     caught_up=caught_up)  # fmt: skip
-    finally:
-        if not embedding.done():
-            embedding.cancel()  # the thread finishes on its own; nobody waits for it
-        elif not embedding.cancelled():
-            embedding.exception()  # raised above, or not needed: retrieved either way
+            vectors = await embedding
+        finally:
+            if not embedding.done():
+                embedding.cancel()  # the thread finishes on its own; nobody waits for it
+            elif not embedding.cancelled():
+                embedding.exception()  # raised above, or not needed: retrieved either way
+        found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation,
+                                 caught_up=caught_up)  # fmt: skip
     if not pending:
         return found
     _store_later(engine, mem, factory)
-    query = vector / max(float(np.linalg.norm(vector)), 1e-12)
+    query = vectors[0] / max(float(np.linalg.norm(vectors[0])), 1e-12)
     seen = {r.item_id for r in found}
-    for r, v in zip(pending, others, strict=True):
+    for r, v in zip(pending, vectors[1:], strict=True):
         score = round(float(v @ query / max(float(np.linalg.norm(v)), 1e-12)), 4)
         if r.item_id in seen or (min_score is not None and score < min_score):
             continue

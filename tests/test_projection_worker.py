@@ -50,6 +50,26 @@ async def test_a_catch_up_read_by_the_reader_process_equals_one_read_here(
     assert len(await rows(engine)) == total + 1
 
 
+async def test_a_catch_up_far_larger_than_the_reader_may_hold_loses_nothing(
+    log: EventLog, sqlite_engine: AsyncEngine
+) -> None:
+    """Several megabytes through a reader that holds at most 8 batches of 25: the server's
+    flow control must hold the rest back until the projector has taken what came first (the
+    ordered consumer's flow-control replies wait for the reader's callback)."""
+    events = [
+        ReplySent(text="x" * 900 + str(i), run_id=f"run{i // 4:05d}", source="t")
+        for i in range(6000)
+    ]
+    for i in range(0, len(events), 500):
+        await log.append_batch(events[i : i + 500])
+    projector = Projector(
+        log, sqlite_engine, RunTimelineProjection(), reader_process_min=1, catch_up_batch_size=25
+    )
+    assert await projector.rebuild() == len(events)
+    stored = [r[1] for r in await rows(sqlite_engine)]  # event ids
+    assert sorted(stored) == sorted(e.id for e in events)
+
+
 async def test_when_the_reader_process_fails_the_catch_up_reads_here(
     log: EventLog, sqlite_engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

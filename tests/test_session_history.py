@@ -23,7 +23,7 @@ from nanocrab.events import (
     new_event_id,
 )
 from nanocrab.handlers import sessions as sessions_module
-from nanocrab.handlers.sessions import SessionIndex, Snapshot
+from nanocrab.handlers.sessions import SessionIndex, Snapshot, SnapshotSource
 from nanocrab.llm.base import Message
 from nanocrab.projections import Projector, SessionsProjection, session_history
 from nanocrab.projections.sessions import SessionSnapshot, session_snapshot
@@ -238,6 +238,25 @@ async def test_a_new_task_starts_loading_its_session_before_the_model_call(log: 
     await index.close()
 
 
+@dataclass(frozen=True)
+class Empty:
+    """A sessions projection with no rows, checkpointed at ``position``."""
+
+    position: int
+    archived: bool = False
+    rows: tuple[tuple[int, str, str, str, str], ...] = ()
+
+
+def empty_snapshot_at(checkpoint: dict[str, int]) -> SnapshotSource:
+    """A snapshot source whose projection holds nothing, at ``checkpoint["at"]`` (moved by the
+    test)."""
+
+    async def snapshot(session_id: str, *, up_to: int, limit: int) -> Snapshot:
+        return Empty(min(checkpoint["at"], up_to))
+
+    return snapshot
+
+
 async def test_a_new_session_past_the_checkpoint_is_answered_without_reading_the_log(
     log: EventLog,
 ) -> None:
@@ -245,15 +264,7 @@ async def test_a_new_session_past_the_checkpoint_is_answered_without_reading_the
     earlier message there; the snapshot vouches for the rest. A session with messages before the
     index started is still read from the log past the snapshot."""
     checkpoint = {"at": 0}
-
-    @dataclass(frozen=True)
-    class Empty:
-        position: int
-        archived: bool = False
-        rows: tuple[tuple[int, str, str, str, str], ...] = ()
-
-    async def snapshot(session_id: str, *, up_to: int, limit: int) -> Snapshot:
-        return Empty(min(checkpoint["at"], up_to))
+    snapshot = empty_snapshot_at(checkpoint)
 
     for e in turn("r1", "one", "first answer", session="s-old"):
         await log.append(e)
@@ -285,15 +296,7 @@ async def test_with_the_projection_lagging_a_new_session_reads_only_its_own_stre
     not every session's events since the checkpoint; what it reads is still complete (a
     verdict that redacted its task after other sessions' events is in its history)."""
     checkpoint = {"at": 0}
-
-    @dataclass(frozen=True)
-    class Empty:
-        position: int
-        archived: bool = False
-        rows: tuple[tuple[int, str, str, str, str], ...] = ()
-
-    async def snapshot(session_id: str, *, up_to: int, limit: int) -> Snapshot:
-        return Empty(min(checkpoint["at"], up_to))
+    snapshot = empty_snapshot_at(checkpoint)
 
     index = SessionIndex(log, snapshot=snapshot, capacity=4)  # prefetches at most one load
     assert await index("other", "r0", 2) == []  # following the log from here on

@@ -108,3 +108,22 @@ async def test_the_fast_parser_refuses_what_nats_py_refuses(line: bytes) -> None
 
 async def test_the_bus_reads_with_the_fast_parser(log: EventLog) -> None:
     assert isinstance(log.nc._ps, FastParser)
+
+
+async def test_the_fast_parser_drops_what_it_held_when_the_client_resets_it() -> None:
+    """A reconnect resets the parser while a message is processed: the rest of the old
+    connection's bytes must not be handed to the client (nats-py's parser stops the same way)."""
+
+    class Resetting(_Recorder):
+        parser: Parser
+
+        async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes,
+                               headers: bytes | None) -> None:  # fmt: skip
+            await super()._process_msg(sid, subject, reply, data, headers)
+            self.parser.reset()
+
+    for parser_cls in (Parser, FastParser):
+        rec = Resetting()
+        rec.parser = parser_cls(rec)
+        await rec.parser.parse(b"MSG a 1 1\r\nx\r\nMSG b 1 1\r\ny\r\nPING\r\n")
+        assert rec.calls == [("msg", 1, b"a", b"", b"x", None)], parser_cls

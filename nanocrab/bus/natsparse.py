@@ -28,10 +28,11 @@ _CRLF = b"\r\n"
 
 class FastParser(Parser):
     async def parse(self, data: bytes = b"") -> None:
-        buf = self.buf
-        buf.extend(data)
+        self.buf.extend(data)
         nc = self.nc
-        while buf:
+        # ``self.buf`` read again after every await: a reconnect resets the parser (a new
+        # buffer) while a message is being processed, and what the old one held is dropped
+        while buf := self.buf:
             if self.state == AWAITING_CONTROL_LINE:
                 end = buf.find(_CRLF)
                 if end < 0:

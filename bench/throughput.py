@@ -42,6 +42,7 @@ from _common import machine, pct
 from nanocrab.bus import read_run, sanitize_token
 from nanocrab.bus.direct import DirectReader
 from nanocrab.events import EventDecodeError
+from nanocrab.handlers import runloader
 
 
 async def burst(bench: AgentBench, n: int, wait_s: float) -> dict[str, object]:
@@ -108,7 +109,9 @@ async def one_round(
 ) -> tuple[bool, float, float]:
     """Run and report one round; returns (every run completed with the one-tool flow, runs/s,
     seconds from submitting to the first completion)."""
+    reads = _direct_reads()
     res = await burst(bench, inflight, wait_s)
+    reads = _direct_reads() - reads
     bench.last_tasks = res["tasks"]  # type: ignore[attr-defined]
     wall = float(res["wall"])  # type: ignore[arg-type]
     counts: dict[str, int] = res["counts"]  # type: ignore[assignment]
@@ -134,6 +137,8 @@ async def one_round(
             f"p50 {pct(arrivals, 50) * 1000:.0f} ms · last {arrivals[-1] * 1000:.0f} ms"
         )
     print(f"  {res['cpu'].report(inflight)}".replace("\n", "\n  "))  # type: ignore[attr-defined]
+    print(f"  direct reads of runs the process-wide run feed did not hold: {reads / inflight:.2f} "
+          "per run (each scans the log from where it starts: costlier the more runs interleave)")
     print(
         f"  check: completed {completed} / {inflight}, failed {failed}, "
         f"no terminal event {res['lost']}, exact one-tool flow {ok} / {inflight}"
@@ -142,6 +147,11 @@ async def one_round(
         + (" · OK" if good else " · LOST OR BROKEN RUNS")
     )
     return good, inflight / wall, arrivals[0] if arrivals else float("inf")
+
+
+def _direct_reads() -> int:
+    """Reads of whole runs (or their gaps) from the log so far, by every run feed here."""
+    return sum(feed.reads for feed in runloader._feeds.values())
 
 
 async def first_timeline(bench: AgentBench, tasks: list) -> None:  # type: ignore[type-arg]

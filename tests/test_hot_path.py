@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
+import pytest
+
 from nanocrab.bus import (
     Delivery,
     EventLog,
@@ -30,6 +32,7 @@ from nanocrab.events import (
     new_event_id,
     utcnow,
 )
+from nanocrab.handlers import runloader
 from nanocrab.handlers.orchestrator import Orchestrator, decide
 from nanocrab.handlers.runloader import RunFeed, RunLoader
 from nanocrab.handlers.runstate import RunState
@@ -273,3 +276,38 @@ async def test_a_run_already_going_goes_before_runs_new_to_the_handler(log: Even
     assert reactor.started[:2] == ["going-1", "new-0"]
     assert reactor.started[2] == "going-2", reactor.started
     assert reactor.started[3:] == ["new-1", "new-2", "new-3"], "the new runs keep their order"
+
+
+async def test_the_feed_lets_runs_that_ended_go_before_runs_in_flight(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a burst the feed holds every run in flight; what it lets go first is the runs that
+    ended (the oldest end first), so a run in flight is not read from the log again."""
+    monkeypatch.setattr(runloader, "ENDED_CAPACITY", 2)
+    feed = RunFeed(log, capacity=3)
+    loader = RunLoader(log, feed=feed)
+    await feed._ensure_started()
+    live = [new_event_id() for _ in range(2)]
+    ended = [new_event_id() for _ in range(3)]
+    await _seed(log, live[0])
+    await loader.state(live[0])  # the least recently used from here on
+    for run in ended:
+        await _seed(log, run)
+        await log.append(RunCompleted(reply="x", steps=1, run_id=run, source="orchestrator"))
+        await loader.state(run)
+    await _seed(log, live[1])
+    await loader.state(live[1])
+    assert set(feed._runs) == {*live, ended[-1]}  # by use alone: ended[1:] and live[1]
+    reads = feed.reads
+    answer = LlmResponded(
+        provider="p", model="m", content=[TextBlock("hi")], stop_reason="end_turn", turn=0,
+        run_id=live[0],
+    )  # fmt: skip
+    appended = await log.append(answer)
+    token = handling.set(Delivery(appended.seq, appended.subject))
+    try:
+        state = await loader.state(live[0])
+    finally:
+        handling.reset(token)
+    assert feed.reads == reads and state.seq == appended.seq, "held: answered from the feed"
+    await feed.close()

@@ -62,11 +62,22 @@ CAPACITY = 256
 run is folded again from the log when next needed, so the bound costs reads, never correctness;
 it keeps a long-lived process's memory flat (bench/soak.py)."""
 
-FEED_CAPACITY = 512
+FEED_CAPACITY = 2048
 """Runs the process-wide feed keeps events of (least recently used first out); like
-:data:`CAPACITY` a bound that costs reads, never correctness. Above the runs a process moves at
-once (the orchestrator admits new runs only while fewer than ``busy_runs`` are moving), so a
-burst of a thousand tasks does not thrash it; a few tens of MB at most (bench/soak.py)."""
+:data:`CAPACITY` a bound that costs reads, never correctness. A burst of a thousand tasks
+touches every run at once (the guardrails check each task as it arrives, before the orchestrator
+admits it), so the feed holds that many live runs: at 512 it evicted runs between their first
+read and their start, and every read again was a direct get the server answers by scanning the
+log between the run's events — nats-server CPU per run 2.5 times that at 100 in flight
+(``bench/throughput.py --burst 1000`` prints both). Runs that ended are kept apart and few
+(:data:`ENDED_CAPACITY`, as many as the feed held in all before), so beyond that the memory held
+is that of the runs in flight (bench/soak.py)."""
+
+ENDED_CAPACITY = 512
+"""Runs that ended (``run.completed``, ``run.failed``, ``run.cancelled``) the feed keeps for the
+few events that follow an end (a grant's revocation, a late verdict); the oldest go first."""
+
+_ENDS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 PREFETCHES = 32
 """New runs' reads the feed starts on its own at once; beyond, the loaders read on demand."""
@@ -86,11 +97,15 @@ class _RunLog:
 
     entries: list[Entry] = field(default_factory=list)
     seq: int = 0
+    ended: bool = False
 
     def add(self, entry: Entry) -> None:
         if entry[0] > self.seq:
             self.entries.append(entry)
             self.seq = entry[0]
+            event = entry[1]
+            if event is not None and entry[2] is None and event.type in _ENDS:
+                self.ended = True
 
     def after(self, seq: int) -> list[Entry]:
         if seq >= self.seq:
@@ -126,6 +141,8 @@ class RunFeed:
         self.stale_reads = 0
         """Direct reads a replica answered short of an event known to be stored (re-read)."""
         self._runs: OrderedDict[str, _RunLog] = OrderedDict()
+        self._ended: OrderedDict[str, None] = OrderedDict()
+        """Keys of the held runs that ended, oldest end first (evicted before live runs)."""
         self._loading: dict[str, list[Entry]] = {}
         self._loaders: dict[str, int] = {}
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -166,6 +183,7 @@ class RunFeed:
 
     def _forget_all(self) -> None:
         self._runs.clear()
+        self._ended.clear()
         self._epoch += 1
         self._consumer_seq = 0
 
@@ -186,6 +204,8 @@ class RunFeed:
             entry = self._entry(seq, msg.subject, msg.data)
             if run is not None:
                 run.add(entry)
+                if run.ended and key not in self._ended:
+                    self._held(key, run)
             if loading is not None:
                 loading.append(entry)
         elif msg.subject.endswith(".task.submitted") and len(self._prefetching) < PREFETCHES:
@@ -280,14 +300,29 @@ class RunFeed:
                 return [e for e in read if e[0] > after]  # complete, but cannot be kept
             run = self._runs.get(key) or _RunLog()  # another read may have brought it in
             self._runs[key] = run
-            while len(self._runs) > self.capacity:
-                self._runs.popitem(last=False)
         for entry in read:
             run.add(entry)
         for entry in buffer:
             run.add(entry)
         self._runs.move_to_end(key)
+        self._held(key, run)
         return run.after(after)
+
+    def _held(self, key: str, run: _RunLog) -> None:
+        """Note that ``run`` (held) may have ended, then keep within the bounds: the oldest
+        ended runs go first, and live runs (least recently used first) only above
+        :attr:`capacity`."""
+        if run.ended and key not in self._ended:
+            self._ended[key] = None
+        while len(self._ended) > ENDED_CAPACITY:
+            self._runs.pop(self._ended.popitem(last=False)[0], None)
+        while len(self._runs) > self.capacity:
+            gone = next(iter(self._ended), None)
+            if gone is not None:
+                del self._ended[gone]
+                self._runs.pop(gone, None)
+            else:
+                self._ended.pop(self._runs.popitem(last=False)[0], None)
 
     async def _read_through(self, run_id: str, start: int, need: int) -> list[RawMessage]:
         """The run's stored messages after ``start``, reaching ``need``.

@@ -56,6 +56,7 @@ from nanocrab.events.plans import (
 )
 from nanocrab.events.registry import EVENT_TYPES, AnyEvent, payload_fields
 from nanocrab.events.runs import (
+    RUN_ENDS,
     MessageQueued,
     ReplySent,
     RouteDecided,
@@ -139,6 +140,7 @@ __all__ = [
     "ENVELOPE_FIELDS",
     "EVENT_TYPES",
     "MAX_SOURCE_BYTES",
+    "RUN_ENDS",
     "AgentHealth",
     "AgentLogged",
     "AgentMetric",

@@ -70,6 +70,10 @@ class RunCancelled(Event, frozen=True, tag="run.cancelled"):
     by: str = ""
 
 
+RUN_ENDS: tuple[str, ...] = ("run.completed", "run.failed", "run.cancelled")
+"""The event types that end a run (one of them, once), in this order wherever they are listed."""
+
+
 class RouteDecided(Event, frozen=True, tag="route.decided"):
     """The router's choice of agent for a task that named none (``handlers/router.py``).
 

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from nanocrab.bus import EventLog, Stored, Window
 from nanocrab.bus.replay import messages, to_stored
 from nanocrab.bus.subjects import sanitize_token
+from nanocrab.events import RUN_ENDS
 from nanocrab.gateway.errors import Problem
 
-TERMINAL = frozenset({"run.completed", "run.failed", "run.cancelled"})
+TERMINAL = frozenset(RUN_ENDS)
 
 
 @dataclass(frozen=True, slots=True)

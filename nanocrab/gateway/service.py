@@ -28,6 +28,7 @@ from nanocrab.branching import BranchError, RunTree, find_in_run, run_tree
 from nanocrab.bus import Appended, EventLog, Stored, append_traced, read
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.events import (
+    RUN_ENDS,
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
@@ -63,7 +64,7 @@ from nanocrab.projections import (
 from nanocrab.security import sign
 from nanocrab.tools.images import ImageTooLarge, NotAnImage, store_image
 
-TERMINAL = ("run.completed", "run.failed", "run.cancelled")
+TERMINAL = RUN_ENDS
 RunStatus = Literal[
     "queued", "running", "awaiting_approval", "completed", "failed", "cancelled"
 ]

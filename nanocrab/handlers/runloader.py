@@ -49,7 +49,13 @@ from nanocrab.bus.direct import DirectReader
 from nanocrab.bus.log import RawMessage
 from nanocrab.bus.placement import Misplaced
 from nanocrab.bus.reactor import handling
-from nanocrab.events import Event, EventDecodeError, SecurityRejected, derive_event_id
+from nanocrab.events import (
+    RUN_ENDS,
+    Event,
+    EventDecodeError,
+    SecurityRejected,
+    derive_event_id,
+)
 from nanocrab.handlers.runstate import Rejected, RunState, Trust
 
 log = logging.getLogger(__name__)
@@ -77,7 +83,6 @@ ENDED_CAPACITY = 512
 """Runs that ended (``run.completed``, ``run.failed``, ``run.cancelled``) the feed keeps for the
 few events that follow an end (a grant's revocation, a late verdict); the oldest go first."""
 
-_ENDS = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
 PREFETCHES = 32
 """New runs' reads the feed starts on its own at once; beyond, the loaders read on demand."""
@@ -104,7 +109,7 @@ class _RunLog:
             self.entries.append(entry)
             self.seq = entry[0]
             event = entry[1]
-            if event is not None and entry[2] is None and event.type in _ENDS:
+            if event is not None and entry[2] is None and event.type in RUN_ENDS:
                 self.ended = True
 
     def after(self, seq: int) -> list[Entry]:

@@ -249,7 +249,14 @@ class Orchestrator:
         """The decision on the run as the log has it now, guarded by the run's last sequence
         (``event``: the one being handled, pre-screened first when guardrails are on; ``seq``:
         its stream sequence, which decides the version a run it starts pins)."""
-        state = await self.loader.state(run_id)
+        pinned: str | None = None
+        if seq is not None and self.config is not None and isinstance(event, TaskSubmitted):
+            # the version a run it starts would pin: read alongside the run, one wait not two
+            state, pinned = await asyncio.gather(
+                self.loader.state(run_id), self.config.version_at(seq)
+            )
+        else:
+            state = await self.loader.state(run_id)
         if event is not None and self.prescreen is not None:
             self.prescreen.event(state, event)
         self._watch(state)
@@ -262,7 +269,7 @@ class Orchestrator:
             and state.started is None
             and any(isinstance(e, RunStarted) for e in decision)
         ):  # the start follows the agent profile of the version it pins (``_pin``)
-            version = await self.config.version_at(seq)
+            version = pinned if pinned is not None else await self.config.version_at(seq)
             if version != (state.pinning or ""):
                 state.pinning = version
                 decision = decide(state, now, guarded=self.guarded, routed=self.routed,

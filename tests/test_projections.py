@@ -121,6 +121,41 @@ async def test_projector_crashed_mid_batch_resumes_exactly_once(
     assert seqs == list(range(1, total + 1)), "every event exactly once"
 
 
+class Counting:
+    """Wraps a projection; records the sequences of every event handed to ``apply``."""
+
+    def __init__(self, inner: RunTimelineProjection) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.tables = inner.tables
+        self.applied: list[int] = []
+
+    def subject_filter(self, subjects: Subjects) -> str:
+        return self.inner.subject_filter(subjects)
+
+    async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
+        self.applied += [s.seq for s in batch]
+        await self.inner.apply(conn, batch)
+
+
+async def test_an_instance_behind_the_stored_checkpoint_applies_nothing_again(
+    log: EventLog, engine: AsyncEngine
+) -> None:
+    total = await seed(log, 10)
+    counted = Counting(RunTimelineProjection())
+    first, second = (Projector(log, engine, counted, catch_up_batch_size=16) for _ in range(2))
+    await first.setup()
+    await second.setup()  # both start at 0; the first then applies everything
+    assert await first.catch_up() == total
+    assert await second.catch_up() == 0, "the stored checkpoint is past what it read"
+    assert counted.applied == list(range(1, total + 1)), "every event handed over once"
+    assert second.position == total
+    await seed(log, 2)  # and it carries on from there
+    assert await second.catch_up() == 8
+    assert counted.applied == list(range(1, total + 9))
+    assert await count(engine) == total + 8
+
+
 async def test_rebuilt_projection_equals_the_incremental_one(
     log: EventLog, engine: AsyncEngine
 ) -> None:

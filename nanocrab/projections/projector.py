@@ -143,15 +143,20 @@ class Projector:
             if time.monotonic() - self._flushed_at >= sparse.lazy_checkpoint_s:
                 await self.flush_checkpoint()
             return 0
+        fresh = [s for s in batch if s.seq > self.position]
+        if not fresh:
+            return 0
         try:
             async with self.engine.begin() as conn:
-                current = await _read_checkpoint(conn, self.name)
-                fresh = [s for s in batch if s.seq > current]
-                if not fresh:
-                    self.position = current
-                    return 0
+                if not await _advance_checkpoint(conn, self.name, self.position, fresh[-1].seq):
+                    # someone else advanced it (another instance, a rebuild), or it is the first
+                    current = await _read_checkpoint(conn, self.name)
+                    fresh = [s for s in batch if s.seq > current]
+                    if not fresh:
+                        self.position = current
+                        return 0
+                    await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
                 await self.projection.apply(conn, fresh)
-                await _write_checkpoint(conn, self.name, fresh[-1].seq, existed=current > 0)
                 if self.failure is not None:
                     await conn.execute(delete(failures).where(failures.c.name == self.name))
         # whatever a projection's apply raises (a database error, a bug) stops it at this batch;
@@ -487,6 +492,20 @@ def _outdated(conn: Connection, tables: Sequence[Table]) -> str | None:
 async def _read_checkpoint(conn: AsyncConnection, name: str) -> int:
     value = await conn.scalar(select(checkpoints.c.stream_seq).where(checkpoints.c.name == name))
     return int(value or 0)
+
+
+async def _advance_checkpoint(conn: AsyncConnection, name: str, position: int, seq: int) -> bool:
+    """Move the checkpoint to ``seq`` if it stands at or below ``position``, the first statement
+    of the batch's transaction: on SQLite it takes the write lock, on PostgreSQL the row's, so
+    no other writer applies the same events before this transaction ends. ``False``: it stands
+    past ``position`` (someone else applied events after it) or there is none yet. One round
+    trip to the database where reading it first took two."""
+    result = await conn.execute(
+        update(checkpoints)
+        .where(checkpoints.c.name == name, checkpoints.c.stream_seq <= position)
+        .values(stream_seq=seq, updated_at=datetime.now(UTC))
+    )
+    return bool(result.rowcount)
 
 
 async def _write_checkpoint(conn: AsyncConnection, name: str, seq: int, *, existed: bool) -> None:

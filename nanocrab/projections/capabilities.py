@@ -45,7 +45,14 @@ from nanocrab.events import (
     CapabilityRegistered,
     CapabilityRemoved,
 )
-from nanocrab.projections.db import applied_events, as_utc, bulk_insert, first_copies, metadata
+from nanocrab.projections.db import (
+    StreamSeq,
+    applied_events,
+    as_utc,
+    bulk_insert,
+    first_copies,
+    metadata,
+)
 
 capabilities = Table(
     "capabilities",
@@ -83,7 +90,7 @@ capability_versions = Table(
 capability_invocations = Table(
     "capability_invocations",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("name", String(128), nullable=False),
     Column("version", String(64), nullable=False),
     Column("time", DateTime(timezone=True), nullable=False),

@@ -29,6 +29,13 @@ from nanocrab.bus import Stored
 
 metadata = MetaData()
 
+StreamSeq = BigInteger().with_variant(Integer(), "sqlite")
+"""The type of a table's ``seq`` primary key (a stream sequence). On SQLite it is declared
+``INTEGER``, which makes the key the table's own rowid: one B-tree fewer to write per row (a
+``BIGINT`` key is a separate unique index beside the rowid). Same 64-bit values elsewhere.
+Tables created before keep their ``BIGINT`` key and work as they did (the columns are the same,
+so nothing is rebuilt for it); ``nanocrab projections rebuild`` gives them the faster one."""
+
 checkpoints = Table(
     "projection_checkpoints",
     metadata,

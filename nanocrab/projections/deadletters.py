@@ -9,12 +9,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import BusDeadLettered, BusMalformed
-from nanocrab.projections.db import bulk_insert, metadata
+from nanocrab.projections.db import StreamSeq, bulk_insert, metadata
 
 dead_letters = Table(
     "dead_letters",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("time", DateTime(timezone=True), nullable=False),
     Column("handler", String(128), nullable=False),

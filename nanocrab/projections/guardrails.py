@@ -10,17 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, DateTime, Float, Index, Integer, String, Table, select
+from sqlalchemy import Column, DateTime, Float, Index, Integer, String, Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import AlertRaised, GuardrailChecked
-from nanocrab.projections.db import as_utc, bulk_insert, metadata
+from nanocrab.projections.db import StreamSeq, as_utc, bulk_insert, metadata
 
 guardrail_verdicts = Table(
     "guardrail_verdicts",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("run_id", String(128), nullable=False),
     Column("time", DateTime(timezone=True), nullable=False),
@@ -42,7 +42,7 @@ guardrail_verdicts = Table(
 guardrail_alerts = Table(
     "guardrail_alerts",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("run_id", String(128), nullable=False),
     Column("time", DateTime(timezone=True), nullable=False),

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -41,12 +40,12 @@ from nanocrab.events import (
     TaskSubmitted,
     screened_message,
 )
-from nanocrab.projections.db import bulk_insert, checkpoints, metadata
+from nanocrab.projections.db import StreamSeq, bulk_insert, checkpoints, metadata
 
 session_messages = Table(
     "session_messages",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("session_id", String(128), nullable=False),
     Column("run_id", String(128), nullable=False),

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, DateTime, Index, String, Table, select
+from sqlalchemy import Column, DateTime, Index, String, Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
@@ -42,12 +42,12 @@ from nanocrab.events import (
     ToolCompleted,
     ToolRequested,
 )
-from nanocrab.projections.db import as_utc, bulk_insert, metadata
+from nanocrab.projections.db import StreamSeq, as_utc, bulk_insert, metadata
 
 run_timeline = Table(
     "run_timeline",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("run_id", String(128), nullable=False),
     Column("tenant", String(128), nullable=False),

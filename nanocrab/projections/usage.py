@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Literal
 
 from sqlalchemy import (
-    BigInteger,
     Column,
     DateTime,
     Float,
@@ -29,12 +28,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.bus import Stored, Subjects
 from nanocrab.events import LlmResponded, RunStarted
-from nanocrab.projections.db import as_utc, bulk_insert, metadata
+from nanocrab.projections.db import StreamSeq, as_utc, bulk_insert, metadata
 
 usage_calls = Table(
     "usage_calls",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("time", DateTime(timezone=True), nullable=False),
     Column("tenant", String(128), nullable=False),
@@ -56,7 +55,7 @@ usage_calls = Table(
 usage_runs = Table(
     "usage_runs",
     metadata,
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
     Column("run_id", String(128), nullable=False),
     Column("agent", String(128), nullable=False),

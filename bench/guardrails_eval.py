@@ -6,7 +6,11 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   split (tuned on), the ``holdout`` split (not tuned on), the ``ext`` set (injection_ext.jsonl:
   written by hand after the classifier was trained, in the styles of the public benchmarks;
   its misses were looked at once, to decide what the training set lacked), ``ext2`` (written
-  after that, never looked at item by item) and all; plus a threshold sweep of the injection
+  after that, never looked at item by item), ``ext3a`` and ``ext3b`` (injection_ext3.jsonl:
+  written apart from the detector's code and data, by someone who had seen neither, in the
+  styles of AgentDojo, InjecAgent, BIPIA, web and exfiltration attacks, with benign texts
+  that look like attacks; its even ids, ``ext3a``, were looked at to find what generalises,
+  its odd ids, ``ext3b``, never) and all; plus a threshold sweep of the injection
   detector alone (heuristics and the learned layer; ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
   score >= 0.6 overlaps it) and false positives on the negative samples;
@@ -43,7 +47,7 @@ def _load(name: str) -> list[dict[str, object]]:
 def injection(show_misses: bool) -> None:
     chain = load_guardrails()
     learned = guardrails_config.shared_classifier()
-    rows = _load("injection.jsonl") + _load("injection_ext.jsonl")
+    rows = _load("injection.jsonl") + _load("injection_ext.jsonl") + _load("injection_ext3.jsonl")
     table: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     misses: list[str] = []
     scores: list[tuple[str, str, float]] = []
@@ -67,14 +71,14 @@ def injection(show_misses: bool) -> None:
         found = detect_injection(text, cp, classifier=learned)  # type: ignore[arg-type]
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
-    print(f"{'label':7} {'category':18} {'dev':>14} {'holdout':>14} {'ext':>14} {'ext2':>14} "
-          f"{'all':>14}")
+    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "all")
+    print(f"{'label':7} {'category':18} " + " ".join(f"{s:>14}" for s in splits))
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})
         print(f"-- {title}")
         for cat in cats:
             cells = []
-            for split in ("dev", "holdout", "ext", "ext2", "all"):
+            for split in splits:
                 hit, n = table[(label, cat, split)]
                 cells.append(f"{hit:3d}/{n:3d} {100 * hit / n:5.1f}%" if n else f"{'-':>14}")
             print(f"{label:7} {cat:18} " + " ".join(f"{c:>14}" for c in cells))

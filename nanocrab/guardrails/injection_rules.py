@@ -32,7 +32,7 @@ _SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mai
 _VOCATIVE = r"(?:ai|a\.i\.|assistant|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|ai model|agent|bot|copilot|gemini|ai helper|ai agent|ai assistant|(?<=to the )model|(?<=for the )model|(?<=any )model)"  # noqa: E501
 _AI_NAME = r"(?:(?:ai|a\.i\.|llm|gpt) (?:agent|assistant|bot|helper|model)|ai|a\.i\.|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|copilot|gemini|(?<=to the )model|(?<=for the )model|(?<=any )model|(?<=to the )assistant|(?<=for the )assistant|(?<=to the )agent|(?<=for the )agent)"  # noqa: E501
 """Names only a model goes by (a human "support agent" or "assistant" is addressed too)."""
-_COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update|recommend|say|claim|write|end|begin|start|include|run|execute|open|visit|click|buy|order|book|pay|transfer|grant|share|post|tell|reply|respond|output|print|reveal|ignore|disregard|do not|don't|never|always|make sure|translate|append|insert|mention|call|invite|approve|download|install|upload|leak|give|move|wire|sign|accept|unsubscribe|disable|turn off)"  # noqa: E501
+_COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update|recommend|say|claim|write|end|begin|start|include|run|execute|open|visit|click|buy|order|book|pay|transfer|grant|share|post|tell|reply|respond|output|print|reveal|ignore|disregard|do not|don't|never|always|make sure|translate|append|insert|mention|call|invite|approve|download|install|upload|leak|give|move|wire|sign|accept|unsubscribe|disable|turn off|close|state|record|submit|load|commit|push|report)"  # noqa: E501
 
 RULES: tuple[tuple[str, str, float, str], ...] = (
     # -- instruction override / hijack ------------------------------------------------------
@@ -84,6 +84,20 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      rf"(?:^|\n|[.!?>\]:(#*/-]\s)\s*(?!(?:the|a|an|this|that|our|your|my|their|his|her|its) )(?:[a-z-]+ ){{0,2}}?(?:{_AI_NAME}|assistant)s?,\s+(?!(?:[a-z-]+ )?(?:{_VOCATIVE}|and|or)\b)(?:[a-z',]+ ){{0,6}}?{_COMMAND}\b(?!-)"),  # noqa: E501
     ("address", "labelled_command", 0.6,
      rf"(?:\b(?:note|message|instructions?|reminder|request) (?:to|for) (?:(?:the|any|all|every|each) )?(?:[a-z-]+ ){{0,2}}?{_VOCATIVE}s?|(?:^|\n|[.!?>\]:(#*/-]\s)\s*(?:(?:to|for) (?:the|any|all|every|each) |dear )?(?:[a-z-]+ ){{0,2}}?(?:{_AI_NAME}s?|{_VOCATIVE}s? (?:reading|answering|processing|summari[sz]ing|handling|working on|helping with)(?: (?:this|these|the|my|our|your|it)(?: [a-z]+)?)?))\s*(?::|\u2014|--?)\s+(?:[a-z',]+ ){{0,6}}?{_COMMAND}\b(?!-)"),  # noqa: E501
+    # a label naming an automated reader by what it is or does, then a colon and an order:
+    # "For AI code reviewers: when you explain this, state ...", "Note for automated agents
+    # visiting this page: submit ...", "automated summarizers: first load ...", "TODO(assistant):
+    # change ...", "note for whoever generates the minutes: record ..."
+    ("address", "reader_label", 0.6,
+     rf"(?:^|\n|[.!?>\]:(#*/-]\s|<!--\s*)\s*(?:(?:note|message|instructions?|reminder|request)s? )?(?:(?:to|for) )?(?:(?:the|any|all|every|each) )?(?:(?:ai|a\.i\.|llm|automated|autonomous)(?: [a-z-]+){{0,2}} (?:agents?|assistants?|reviewers?|readers?|summari[sz]ers?|crawlers?|scrapers?|bots?|models?|systems?|helpers?|browsers?|shoppers?|writers?|tools?)|[a-z-]+ (?:summari[sz]ers|crawlers|scrapers)|whoever (?:[a-z-]+ ){{0,3}}?(?:generates|drafts|writes|summari[sz]es|answers|processes|reads|picks|handles|compiles|prepares)(?: [a-z'-]+){{0,3}}|todo\((?:assistant|ai|agent|bot|llm|model)\))(?: (?:reading|visiting|answering|processing|summari[sz]ing|crawling|indexing|browsing|parsing|handling|generating|drafting|reviewing)(?: [a-z'-]+){{0,3}})?\s*(?::|\u2014)\s+(?:[a-z',]+ ){{0,8}}?{_COMMAND}\b(?!-)"),  # noqa: E501
+    # a task addressed to "human or AI" with an obligation: "whoever picks this up (human or AI)
+    # should commit the .env file ..."
+    ("address", "human_or_ai", 0.6,
+     r"\((?:human or (?:ai|a\.i\.|bot|agent|llm|machine)|(?:ai|a\.i\.|bot|agent|llm|machine) or human)\).{0,30}\b(?:should|must|needs? to|has to|is asked to|please)\s+(?!not\b)(?:[a-z-]+ )?[a-z]+"),  # noqa: E501
+    # an instruction hooked on producing the answer about this very data: "When answering
+    # questions about this table, say ...", "If you're drafting Sam's reply, work in ..."
+    ("answer", "answer_hook", 0.5,
+     r"\b(?:when|while|if) (?:you(?:'re| are)? )?(?:answering|summari[sz]ing|drafting|generating|replying to|responding to|explaining|describing)(?: (?:questions|anything) (?:about|on))? (?:this|these|[a-z]+'s)(?: [a-z-]+){1,3}?[^.\n]{0,20}[,:]\s*(?:please )?(?:say|state|claim|report|write that|mention|add|include|recommend|close (?:it|your|the)|end (?:it|your|the)|work in|insert|tell)\b"),  # noqa: E501
     ("address", "bracket_directive", 0.6,
      r"[\[(<{]\s*(?:ai|a\.i\.|assistant|model|llm|agent|bot|system)[ _-]?(?:directive|instructions?|note|command|task|order|message|prompt)s?\s*[\])>}]"),  # noqa: E501
     ("address", "third_person", 0.45,
@@ -282,6 +296,11 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "labelled_command": ((" ai", "ai ", "a.i.", "assistant", "gpt", "claude", "llm",
                           "language model", "agent", "bot", "copilot", "gemini", "model"),
                          (":", "\u2014", "-")),
+    "reader_label": (("ai", "a.i.", "llm", "automated", "autonomous", "summari", "crawler",
+                      "scraper", "whoever", "todo("), (":", "\u2014")),
+    "human_or_ai": (("human or", "or human"), ("(",)),
+    "answer_hook": (("when", "while", "if "), ("answering", "summari", "drafting", "generating",
+                    "replying", "responding", "explaining", "describing")),
     "bracket_directive": (("directive", "instruction", "note", "command", "task", "order",
                            "message", "prompt"), ("[", "(", "<", "{")),
     "processing_hook": (("when ",),),

@@ -171,6 +171,8 @@ def test_injection_addressing_the_model_by_name_with_a_command(text: str) -> Non
         "Model: X200, colour: red, add-ons: none.",
         "mine = set(enabled_tools(state.task.agent, state.task.tools))",
         "Hi Tom, the party is on Friday. Please don't mention this message to Anna!",
+        "3.1 Do not share your password with anyone, including IT staff.",
+        "Never tell anyone the PIN code of your card, not even the bank.",
         # readers named by what they are or do, without an order to a model
         "AI research weekly: new models this month include three open-weight releases.",
         "Automated tests: run `make test` before you push.",

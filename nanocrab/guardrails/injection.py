@@ -38,6 +38,7 @@ from nanocrab.guardrails.injection_rules import (
     ANCHOR_AUTOMATON,
     COMPILED,
     MENTION_CUES,
+    SELF_CORRECTION,
     SHORT_ONLY,
     Rule,
 )
@@ -250,6 +251,8 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
                 weight = 0.0  # a user's task is imperative by nature: only overrides count
             if weight and MENTION_CUES.search(norm.text, max(0, lo - 200), hi + 200):
                 weight /= 2  # a text about injection: the classifier cannot tell use from mention
+            elif weight and not weights and SELF_CORRECTION.search(norm.text, lo, hi):
+                weight /= 2  # "ignore my last message, wrong channel": a person taking back
             if weight:
                 weights["learned"] = weight
                 signals.append(f"learned:p={p:.2f}")

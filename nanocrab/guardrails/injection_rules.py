@@ -159,8 +159,10 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:reveal|print|show|output|display|repeat|recite|tell me|give me|share|leak|dump|list|write (?:out|down)|return|provide|spell out|translate|summari[sz]e|rewrite|paraphrase|encode|describe|what (?:is|are|was|were)|what'?s)\b.{0,30}\b(?:your|the|those|these|my|its|all)? ?(?:full |complete |entire |exact |original |initial |hidden |secret |internal |confidential )*(?:system ?prompt|initial prompt|pre-?prompt|meta-?prompt|hidden prompt|prompt instructions|system (?:message|instructions)|(?:initial|original|hidden|secret|internal|confidential|developer|first) instructions|instructions (?:you were given|above|you received|before this)|guidelines you (?:were given|follow)|configuration prompt|your prompt|(?:words|lines|sentences|characters|part|parts|sections?) of (?:your|the) (?:prompt|instructions))\b"),  # noqa: E501
     ("extraction", "repeat_above", 0.6,
      r"\b(?:repeat|print|output|copy|echo|recite|rewrite|summari[sz]e|translate) (?:all |everything |every word |the (?:text|words|content|message|lines?|conversation) )?(?:written |said |typed )?(?:above|before (?:this|my message)|prior to this|from the (?:beginning|start)|verbatim)\b|\bbegin (?:your|the) (?:reply|response|answer|output) with\b|\bstart (?:your|the) (?:reply|response|answer) with ['\"]"),  # noqa: E501
+    # (not after "do not" / "never": "Do not share your password with anyone" is every
+    # security policy's first line)
     ("extraction", "password_ask", 0.6,
-     r"\b(?:what(?:'s| is| was)|tell|give|reveal|share|say|spell|write|print|show|display|hint|encode|translate|reverse|confirm|type|output|disclose|leak|remind|respond|reply|answer)(?:s|ing)?\b.{0,25}\b(?:(?:the |your |my |this |that )?(?:secret |hidden |magic |admin |current )?(?:password|passphrase|passcode|pass word|secret word|secret key|access code|codeword|code word|pin code)\b|(?:the|your) secret\b(?! (?:of|to|santa|sauce|ingredient|behind|lies)))"),  # noqa: E501
+     r"\b(?<!not )(?<!never )(?<!n't )(?:what(?:'s| is| was)|tell|give|reveal|share|say|spell|write|print|show|display|hint|encode|translate|reverse|confirm|type|output|disclose|leak|remind|respond|reply|answer)(?:s|ing)?\b.{0,25}\b(?:(?:the |your |my |this |that )?(?:secret |hidden |magic |admin |current )?(?:password|passphrase|passcode|pass word|secret word|secret key|access code|codeword|code word|pin code)\b|(?:the|your) secret\b(?! (?:of|to|santa|sauce|ingredient|behind|lies)))"),  # noqa: E501
     ("extraction", "dump_credentials", 0.45,
      r"\b(?:print|show|reveal|output|dump|list|give me|tell me|display|provide|send me|read out)\b.{0,20}\b(?:the |all |your |any |stored |saved )*(?:admin |root |stored |saved )?(?:credentials|passwords|api keys|secrets|tokens|private keys|environment variables|env vars)\b|\bcat\s+(?:/etc/shadow|~?/?\.ssh/id_\w+|\.env\b|~?/?\.aws/credentials)"),  # noqa: E501
     ("extraction", "password_tricks", 0.55,
@@ -560,6 +562,14 @@ def _automaton() -> ahocorasick.Automaton:
 ANCHOR_AUTOMATON = _automaton()
 """Every anchor of every rule in one Aho-Corasick automaton (``pyahocorasick``, a 300 KB C
 extension): the detector finds all anchor occurrences in a text in a single pass."""
+
+SELF_CORRECTION = re.compile(
+    r"\b(?:ignore|disregard|scratch|forget) (?:my|our) (?:last|previous|earlier|prior|first) (?:message|e-?mail|mail|text|comment|reply|post|note|msg|dm)s?\b"  # noqa: E501
+)
+"""A person taking back their own message ("ignore my last message, wrong channel", "please
+disregard my previous e-mail"): next to it, the learned layer alone (which reads the words
+"ignore ... previous") counts half, as it does next to words about injection; rules count
+in full."""
 
 MENTION_CUES = re.compile(
     r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?)(?![\w@-])"  # noqa: E501

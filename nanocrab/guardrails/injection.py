@@ -143,8 +143,8 @@ def _scan(text: str, ignored: frozenset[str]) -> dict[str, _Match]:
         if current is not None and current.weight >= rule.weight:
             continue
         groups: list[list[int]] = []
-        for group in rule.anchors:
-            found = [pos for a in group for pos in hits.get(a, ())]
+        for group in rule.anchor_sets:
+            found = [pos for a in group.intersection(hits) for pos in hits[a]]
             if not found:
                 break
             groups.append(found)

@@ -252,7 +252,7 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
             if weight and MENTION_CUES.search(norm.text, max(0, lo - 200), hi + 200):
                 weight /= 2  # a text about injection: the classifier cannot tell use from mention
             elif weight and not weights and SELF_CORRECTION.search(norm.text, lo, hi):
-                weight /= 2  # "ignore my last message, wrong channel": a person taking back
+                weight /= 2  # "ignore my last message, wrong channel": a person's retraction
             if weight:
                 weights["learned"] = weight
                 signals.append(f"learned:p={p:.2f}")

@@ -10,8 +10,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   written apart from the detector's code and data, by someone who had seen neither, in the
   styles of AgentDojo, InjecAgent, BIPIA, web and exfiltration attacks, with benign texts
   that look like attacks; its even ids, ``ext3a``, were looked at to find what generalises,
-  its odd ids, ``ext3b``, never), ``ext4`` (injection_ext4.jsonl: written the same way, with
-  mostly ordinary benign text — code, docs, e-mails, pages, shell output — and never looked at)
+  its odd ids, ``ext3b``, never), ``ext4a`` / ``ext4b`` (injection_ext4.jsonl: written the same
+  way, with mostly ordinary benign text — code, docs, e-mails, pages, shell output; first
+  measured unseen, then its even ids, ``ext4a``, looked at, its odd ids, ``ext4b``, never)
   and all; plus a threshold sweep of the injection
   detector alone (heuristics and the learned layer; ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
@@ -74,7 +75,7 @@ def injection(show_misses: bool) -> None:
         found = detect_injection(text, cp, classifier=learned)  # type: ignore[arg-type]
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
-    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4", "all")
+    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4a", "ext4b", "all")
     print(f"{'label':7} {'category':18} " + " ".join(f"{s:>14}" for s in splits))
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})

@@ -165,8 +165,10 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?<!not )(?<!never )(?<!n't )(?:what(?:'s| is| was)|tell|give|reveal|share|say|spell|write|print|show|display|hint|encode|translate|reverse|confirm|type|output|disclose|leak|remind|respond|reply|answer)(?:s|ing)?\b.{0,25}\b(?:(?:the |your |my |this |that )?(?:secret |hidden |magic |admin |current )?(?:password|passphrase|passcode|pass word|secret word|secret key|access code|codeword|code word|pin code)\b|(?:the|your) secret\b(?! (?:of|to|santa|sauce|ingredient|behind|lies)))"),  # noqa: E501
     ("extraction", "dump_credentials", 0.45,
      r"\b(?:print|show|reveal|output|dump|list|give me|tell me|display|provide|send me|read out)\b.{0,20}\b(?:the |all |your |any |stored |saved )*(?:admin |root |stored |saved )?(?:credentials|passwords|api keys|secrets|tokens|private keys|environment variables|env vars)\b|\bcat\s+(?:/etc/shadow|~?/?\.ssh/id_\w+|\.env\b|~?/?\.aws/credentials)"),  # noqa: E501
+    # (not a requirement: "the password must be at least 14 characters", "check password
+    # strength: at least 12 characters" is policy and code, not a question about a secret)
     ("extraction", "password_tricks", 0.55,
-     r"\b(?:password|passphrase|secret word|secret)\b.{0,40}\b(?:contains?|letters?|characters?|rhymes? with|starts? with|ends? with|its length|how long|longer than|shorter than|backwards|in reverse|reversed|letter by letter|one letter at a time|with (?:spaces|dashes|dots) between|each letter|first letter|acrostic|in base ?64|in hex|in binary|in morse|as a poem|as a riddle|as a song|in (?:french|spanish|german|pig latin|another language)|without (?:saying|writing|mentioning) it)\b"),  # noqa: E501
+     r"\b(?:password|passphrase|secret word|secret)\b(?!.{0,40}?\b(?:must|should|needs? to|has to|at least|at most|minimum|maximum|min|max|policy|polic(?:y|ies)|requirements?|strength|complexity|rules?)\b).{0,40}\b(?:contains?|letters?|characters?|rhymes? with|starts? with|ends? with|its length|how long|longer than|shorter than|backwards|in reverse|reversed|letter by letter|one letter at a time|with (?:spaces|dashes|dots) between|each letter|first letter|acrostic|in base ?64|in hex|in binary|in morse|as a poem|as a riddle|as a song|in (?:french|spanish|german|pig latin|another language)|without (?:saying|writing|mentioning) it)\b"),  # noqa: E501
     ("extraction", "protected_word", 0.6,
      r"\b(?:word|thing|secret|code|password|information|key|phrase)s? (?:that )?you(?:'re| are| were|'ve been| have been)? (?:protecting|guarding|hiding|keeping|told (?:not to|to keep)|instructed (?:not to|to keep)|not (?:allowed|supposed|permitted) to (?:say|reveal|share|tell))\b"),  # noqa: E501
     ("extraction", "pwned", 0.6, r"\bi have been pwned\b|\bpwned\b"),
@@ -215,7 +217,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("action", "download_run", 0.45,
      r"\b(?:download|open|fetch|get)\b.{0,60}\b(?:and )?(?:then )?(?:run|execute|install|launch)\b.{0,20}\b(?:it|the (?:attachment|file|script|installer|binary|program)|attachment)\b"),  # noqa: E501
     ("action", "security_off", 0.45,
-     r"\b(?:disable|turn off|deactivate|remove|bypass)\b.{0,20}\b(?:two-factor|2fa|mfa|multi-factor|authentication|firewall|antivirus|security (?:alerts?|checks?|settings)|logging|audit(?:ing)?)\b"),  # noqa: E501
+     r"\b(?<!can't )(?<!cannot )(?<!can not )(?<!won't )(?<!not )(?<!never )(?<!n't )(?:disable|turn off|deactivate|remove|bypass)\b.{0,20}\b(?:two-factor|2fa|mfa|multi-factor|authentication|firewall|antivirus|security (?:alerts?|checks?|settings)|logging|audit(?:ing)?)\b"),  # noqa: E501
     ("action", "send_code", 0.5,
      r"\b(?:send|forward|share|email|text|give)\b.{0,30}\b(?:verification|security|2fa|otp|one-time|login|reset|authentication|access) codes?\b"),  # noqa: E501
     ("authority", "pre_authorised", 0.4,

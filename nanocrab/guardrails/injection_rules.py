@@ -577,7 +577,9 @@ disregard my previous e-mail"): next to it, the learned layer alone (which reads
 in full."""
 
 MENTION_CUES = re.compile(
-    r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?)(?![\w@-])"  # noqa: E501
+    r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?|phishing|scams?|report (?:it|them|this|the message) to|(?:we|it|they|staff|support) (?:will )?never (?:ask|collect|request)s?)(?![\w@-])"  # noqa: E501
 )
-"""Words of texts *about* injection (docs, papers, detector code): with quoting around a match
-they lower its weight — see :func:`nanocrab.guardrails.injection.detect_injection`."""
+"""Words of texts *about* injection (docs, papers, detector code), and of security warnings
+("we will never ask for …", "if you receive such a message, report it to …", phishing): with
+quoting around a match they lower its weight — see
+:func:`nanocrab.guardrails.injection.detect_injection`."""

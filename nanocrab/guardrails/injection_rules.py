@@ -32,7 +32,7 @@ _SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mai
 _VOCATIVE = r"(?:ai|a\.i\.|assistant|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|ai model|agent|bot|copilot|gemini|ai helper|ai agent|ai assistant|(?<=to the )model|(?<=for the )model|(?<=any )model)"  # noqa: E501
 _AI_NAME = r"(?:(?:ai|a\.i\.|llm|gpt) (?:agent|assistant|bot|helper|model)|ai|a\.i\.|chatbot|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|copilot|gemini|(?<=to the )model|(?<=for the )model|(?<=any )model|(?<=to the )assistant|(?<=for the )assistant|(?<=to the )agent|(?<=for the )agent)"  # noqa: E501
 """Names only a model goes by (a human "support agent" or "assistant" is addressed too)."""
-_COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update|recommend|say|claim|write|end|begin|start|include|run|execute|open|visit|click|buy|order|book|pay|transfer|grant|share|post|tell|reply|respond|output|print|reveal|ignore|disregard|do not|don't|never|always|make sure|translate|append|insert|mention|call|invite|approve|download|install|upload|leak|give|move|wire|sign|accept|unsubscribe|disable|turn off|close|state|record|submit|load|commit|push|report)"  # noqa: E501
+_COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update|recommend|say|claim|write|end|begin|start|include|run|execute|open|visit|click|buy|order|book|pay|transfer|grant|share|post|tell|reply|respond|output|print|reveal|ignore|disregard|do not|don't|never|always|make sure|translate|append|insert|mention|call|invite|approve|download|install|upload|leak|give|move|wire|sign|accept|unsubscribe|disable|turn off|close|state|record|submit|load|commit|push|report|always|direct|omit|leave out|hide)"  # noqa: E501
 
 RULES: tuple[tuple[str, str, float, str], ...] = (
     # -- instruction override / hijack ------------------------------------------------------
@@ -63,7 +63,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("override", "ml_override_ov", 0.8,
      r"(?:talimatlar\w*|kuralları|komutları|yönergeleri)\s.{0,25}(?:yok say|görmezden gel|unut|umursama)"),  # noqa: E501
     ("override", "ml_override_cjk", 0.8,
-     r"(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵循|不要遵守|無視|忽略掉)[^。\n]{0,14}(?:指令|指示|说明|說明|提示|规则|規則|要求|命令|设定|設定)|(?:指示|命令|ルール|プロンプト|指令)[^。\n]{0,12}(?:無視|忘れ)|(?:지시|명령|규칙|지침|프롬프트)[^.\n]{0,12}(?:무시|잊어)"),
+     r"(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵循|不要遵守|無視|忽略掉)[^。\n]{0,14}(?:指令|指示|说明|說明|提示|规则|規則|要求|命令|设定|設定)|(?:指示|命令|ルール|プロンプト|指令)[^。\n]{0,12}(?:無視|忘れ|無効|取り消)|(?:지시|명령|규칙|지침|프롬프트)[^.\n]{0,12}(?:무시|잊어)"),
     ("override", "ml_override_misc", 0.8,
      r"(?:تجاهل|انس)[^.\n]{0,30}(?:التعليمات|الأوامر|القواعد|تعليمات)|(?:निर्देशों|निर्देश)[^।\n]{0,25}(?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल)|התעלם[^.\n]{0,30}הוראות"),
     # prompt extraction, password extraction and role-play outside English (the learned layer
@@ -102,7 +102,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     # visiting this page: submit ...", "automated summarizers: first load ...", "TODO(assistant):
     # change ...", "note for whoever generates the minutes: record ..."
     ("address", "reader_label", 0.6,
-     rf"(?:^|\n|[.!?>\]:(#*/-]\s|<!--\s*)\s*(?:(?:note|message|instructions?|reminder|request)s? )?(?:(?:to|for) )?(?:(?:the|any|all|every|each) )?(?:(?:ai|a\.i\.|llm|automated|autonomous)(?: [a-z-]+){{0,2}} (?:agents?|assistants?|reviewers?|readers?|summari[sz]ers?|crawlers?|scrapers?|bots?|models?|systems?|helpers?|browsers?|shoppers?|writers?|tools?)|[a-z-]+ (?:summari[sz]ers|crawlers|scrapers)|whoever (?:[a-z-]+ ){{0,3}}?(?:generates|drafts|writes|summari[sz]es|answers|processes|reads|picks|handles|compiles|prepares)(?: [a-z'-]+){{0,3}}|todo\((?:assistant|ai|agent|bot|llm|model)\))(?: (?:reading|visiting|answering|processing|summari[sz]ing|crawling|indexing|browsing|parsing|handling|generating|drafting|reviewing)(?: [a-z'-]+){{0,3}})?\s*(?::|\u2014)\s+(?:[a-z',]+ ){{0,8}}?{_COMMAND}\b(?!-)"),  # noqa: E501
+     rf"(?:^|\n|[.!?>\[\]:(#*/-]\s|<!--\s*|\[)\s*[*_]*(?:(?:important )?(?:note|message|instructions?|reminder|request|update|notice)s? )?(?:(?:to|for) )?(?:(?:the|any|all|every|each) )?(?:(?:ai|a\.i\.|llm|automated|autonomous)(?: [a-z-]+){{0,2}} (?:agents?|assistants?|reviewers?|readers?|summari[sz]ers?|crawlers?|scrapers?|bots?|models?|systems?|helpers?|browsers?|shoppers?|writers?|tools?)|(?<=for )assistants|(?<=to )assistants|(?:[a-z-]+ )?(?:summari[sz]ation|scheduling|shopping|browsing|coding|writing|booking|e-?mail|calendar) (?:tools?|assistants?|agents?|bots?)|[a-z-]+ (?:summari[sz]ers|crawlers|scrapers)|whoever (?:[a-z-]+ ){{0,3}}?(?:generates|drafts|writes|summari[sz]es|answers|processes|reads|picks|handles|compiles|prepares)(?: [a-z'-]+){{0,3}}|todo\((?:assistant|ai|agent|bot|llm|model)\))(?: (?:reading|visiting|answering|processing|summari[sz]ing|crawling|indexing|browsing|parsing|handling|generating|drafting|reviewing)(?: [a-z'-]+){{0,3}})?\s*(?::|\u2014)[*_]*\s+(?:[a-z',]+ ){{0,8}}?{_COMMAND}\b(?!-)"),  # noqa: E501
     # a task addressed to "human or AI" with an obligation: "whoever picks this up (human or AI)
     # should commit the .env file ..."
     ("address", "human_or_ai", 0.6,
@@ -198,6 +198,11 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:render|display|show|embed|include|output|print)\b.{0,30}\b(?:image|img|markdown|picture|pixel|link)\b.{0,60}(?:https?://|!\[)"),
     ("exfiltration", "conversation_to_url", 0.6,
      rf"\b{_SEND}\b.{{0,40}}\b(?:the |this |our |entire |whole |full )*(?:conversation|chat (?:history|log)|previous messages|user'?s? (?:data|messages|files|emails|documents|information|history|details)|all (?:files|emails|messages|documents|contacts|data))\b.{{0,60}}(?:https?://|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bserver\b|\bendpoint\b)"),  # noqa: E501
+    # a URL template the reader is to fill with the user's data: "...?name={user_full_name}"
+    ("exfiltration", "url_user_template", 0.6,
+     r"https?://[^\s\"'<>]*[?&][\w-]+=(?:\{\{?|<|%7b|\$\{)\s*(?:(?:user|the_user|customer|client)'?s?_?(?:full_?name|name|email|e-mail|phone|dob|date_of_birth|birth|address|location|ssn|password|token|secret|api_?key|conversation|chat|history|messages?|cookie|card)|password|secret|api_?key|ssn|conversation|chat_?history|credit_?card)"),
+    ("override", "disable_filters", 0.6,
+     r"\b(?:disable|turn off|switch off|deactivate|remove|bypass|lift|drop|suspend)\b.{0,15}\b(?:your (?:content |safety |moderation |output )?(?:filters?|guardrails?|restrictions|safety (?:rules|checks|features|settings)|censorship)|(?:the|all|any) (?:content|safety|moderation) (?:filters?|checks|rules|restrictions))\b"),  # noqa: E501
     # -- tool-call coercion ------------------------------------------------------------------
     ("coercion", "call_tool", 0.45,
      r"\b(?:call|use|using|invoke|run|execute|trigger|activate) (?:the |your |a )?[`'\"]?[\w.]+[`'\"]? (?:tool|function|plugin|api|action|command)\b.{0,60}\b(?:with|to|and|passing|argument|parameter)s?\b"),  # noqa: E501
@@ -314,9 +319,16 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
                           "language model", "agent", "bot", "copilot", "gemini", "model"),
                          (":", "\u2014", "-")),
     "reader_label": (("ai ", "a.i. ", "llm ", "automated ", "autonomous ", "summarizers",
-                      "summarisers", "crawlers", "scrapers", "whoever", "todo("),
+                      "summarisers", "crawlers", "scrapers", "whoever", "todo(",
+                      "for assistants", "to assistants", "ing tool", "ing assistant",
+                      "ing agent", "ing bot", "tion tool", "tion assistant", "mail tool",
+                      "mail assistant", "mail agent", "mail bot"),
                      (":", "\u2014")),
     "human_or_ai": (("human or", "or human"), ("(",)),
+    "url_user_template": (("http",), ("={", "=<", "=%7b", "=${")),
+    "disable_filters": (("disable", "turn off", "switch off", "deactivate", "remove", "bypass",
+                         "lift", "drop", "suspend"), ("filter", "guardrail", "restriction",
+                                                      "safety", "censorship", "moderation")),
     "answer_hook": (("when", "while", "if "), ("answering", "summari", "drafting", "generating",
                     "replying", "responding", "explaining", "describing")),
     "bracket_directive": (("directive", "instruction", "note", "command", "task", "order",

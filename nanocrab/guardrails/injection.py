@@ -143,7 +143,7 @@ def _scan(text: str, ignored: frozenset[str]) -> dict[str, _Match]:
         if current is not None and current.weight >= rule.weight:
             continue
         groups: list[list[int]] = []
-        for group in rule.anchor_sets:
+        for group in rule.anchors:
             found = [pos for a in group.intersection(hits) for pos in hits[a]]
             if not found:
                 break
@@ -249,10 +249,11 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
             weight = 0.6 if p >= P_STRONG else 0.3 if p >= P_WEAK else 0.0
             if checkpoint == "task_input" and p < P_TASK:
                 weight = 0.0  # a user's task is imperative by nature: only overrides count
-            if weight and MENTION_CUES.search(norm.text, max(0, lo - 200), hi + 200):
-                weight /= 2  # a text about injection: the classifier cannot tell use from mention
-            elif weight and not weights and SELF_CORRECTION.search(norm.text, lo, hi):
-                weight /= 2  # "ignore my last message, wrong channel": a person's retraction
+            if weight and (
+                MENTION_CUES.search(norm.text, max(0, lo - 200), hi + 200)  # about injection
+                or (not weights and SELF_CORRECTION.search(norm.text, lo, hi))  # a retraction
+            ):
+                weight /= 2  # the classifier cannot tell use from mention, nor a retraction
             if weight:
                 weights["learned"] = weight
                 signals.append(f"learned:p={p:.2f}")

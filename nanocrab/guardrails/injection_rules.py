@@ -528,8 +528,8 @@ class Rule:
     match can span (from the parsed pattern; ``None`` when unbounded), so a long text is searched
     only that far around an anchor."""
 
-    __slots__ = ("_compiled", "_width", "anchor_sets", "anchors", "body", "family", "name",
-                 "weight", "word_start")  # fmt: skip
+    __slots__ = ("_compiled", "_width", "anchors", "body", "family", "name", "weight",
+                 "word_start")  # fmt: skip
 
     def __init__(self, family: str, name: str, weight: float, pattern: str) -> None:
         self.family = family
@@ -537,10 +537,10 @@ class Rule:
         self.weight = weight
         self.word_start = pattern.startswith(r"\b")
         self.body = pattern[2:] if self.word_start else pattern
-        self.anchors: tuple[tuple[str, ...], ...] = ANCHORS.get(name, ())
-        self.anchor_sets = tuple(frozenset(group) for group in self.anchors)
-        """The groups as sets: a text's few anchor hits are looked up in them, rather than
-        every anchor of every group in the hits (a fixed cost per check, paid by short texts)."""
+        self.anchors = tuple(frozenset(group) for group in ANCHORS.get(name, ()))
+        """The anchor groups as sets: a text's few anchor hits are looked up in them, rather
+        than every anchor of every group in the hits (a fixed cost per check, paid by short
+        texts)."""
         self._compiled: re.Pattern[str] | None = None
         self._width: int | None = -1
 

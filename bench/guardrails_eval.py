@@ -12,9 +12,12 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   that look like attacks; its even ids, ``ext3a``, were looked at to find what generalises,
   its odd ids, ``ext3b``, never), ``ext4a`` / ``ext4b`` (injection_ext4.jsonl: written the same
   way, with mostly ordinary benign text — code, docs, e-mails, pages, shell output; first
-  measured unseen, then its even ids, ``ext4a``, looked at, its odd ids, ``ext4b``, never)
-  and all; plus a threshold sweep of the injection
-  detector alone (heuristics and the learned layer; ``--heuristics-only`` to compare);
+  measured unseen, then its even ids, ``ext4a``, looked at, its odd ids, ``ext4b``, never),
+  ``ext5a`` / ``ext5b`` (injection_ext5.jsonl: a third such set, modelled closely on AgentDojo,
+  InjecAgent, BIPIA, Tensor Trust and web-agent attacks, with benign texts in the same wrappers
+  and hard ones; measured unseen, then split and looked at the same way) and all; plus a
+  threshold sweep of the injection detector alone (heuristics and the learned layer;
+  ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
   score >= 0.6 overlaps it) and false positives on the negative samples;
 - latency of one ``check`` on a 4 KB text (p50/p99 wall clock, p50 CPU time — the CPU figure
@@ -51,7 +54,8 @@ def injection(show_misses: bool) -> None:
     chain = load_guardrails()
     learned = guardrails_config.shared_classifier()
     rows = [*_load("injection.jsonl"), *_load("injection_ext.jsonl"),
-            *_load("injection_ext3.jsonl"), *_load("injection_ext4.jsonl")]
+            *_load("injection_ext3.jsonl"), *_load("injection_ext4.jsonl"),
+            *_load("injection_ext5.jsonl")]
     table: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     misses: list[str] = []
     scores: list[tuple[str, str, float]] = []
@@ -75,7 +79,8 @@ def injection(show_misses: bool) -> None:
         found = detect_injection(text, cp, classifier=learned)  # type: ignore[arg-type]
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
-    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4a", "ext4b", "all")
+    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4a", "ext4b", "ext5a",
+              "ext5b", "all")
     print(f"{'label':7} {'category':18} " + " ".join(f"{s:>14}" for s in splits))
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})

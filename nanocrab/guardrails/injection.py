@@ -175,18 +175,51 @@ def _first(rule: Rule, text: str, windows: list[tuple[int, int]]) -> tuple[int, 
 
 def _damped(text: str, match: _Match) -> float:
     """The match's weight, lowered when the text seems to talk *about* the phrase: words about
-    injection nearby (the match itself excluded), more so when the match sits in quotes."""
+    injection nearby (the match itself excluded), more so when the match sits in quotes; and
+    halved inside a string literal of code (test inputs of a sanitizer, a shell policy or a
+    sandbox: ``("cat ~/.ssh/id_rsa", "deny"),``), which data *quotes* rather than says — a
+    literal with a second signal beside it still adds up to a finding."""
+    weight = match.weight * (0.5 if _in_code_string(text, match.start, match.end) else 1.0)
     around = text[max(0, match.start - 200) : match.start] + " " + text[match.end : match.end + 200]
     cues = {m.group(0) for m in MENTION_CUES.finditer(around)}
     if not cues:
-        return match.weight
+        return weight
     line_start = max(text.rfind("\n", 0, match.start) + 1, match.start - 300)
     before = text[line_start : match.start]
     quoted = (sum(before.count(q) for q in _QUOTES) % 2 == 1
               or _OPEN_SINGLE.search(before) is not None)  # fmt: skip
     if quoted:
-        return match.weight * 0.4
-    return match.weight * (0.6 if len(cues) >= 2 else 0.8)
+        return weight * 0.4
+    return weight * (0.6 if len(cues) >= 2 else 0.8)
+
+
+_BEFORE_LITERAL = re.compile(
+    r"(?:[=(]|\([^\n]*,|\b(?:return|assert|yield|in|print|echo))\s*[frbu]{0,2}$"
+)
+_AFTER_LITERAL = re.compile(r"\s*(?:[)\]},;:]|\+|%|$|#|//)")
+
+
+def _in_code_string(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` lies inside one string literal that code passes, assigns,
+    compares or returns: between a quote opened after ``=``, ``(``, a comma inside a call's
+    parentheses, or ``return``/``assert``/``in``, and its closing quote on the same line,
+    followed by code punctuation or the line's end. Prose in quotes ("he said 'run it'") is
+    not code-shaped, and neither are JSON's or YAML's values (``"body": "..."``, ``[..., "..."]``):
+    tool output quotes its injections there."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    for q in ('"', "'", "`"):
+        opened = text.rfind(q, line_start, start)
+        if opened < 0 or text.count(q, line_start, start) % 2 == 0:
+            continue
+        closed = text.find(q, end, line_end)
+        if closed < 0 or q in text[start:end]:
+            continue
+        if (_BEFORE_LITERAL.search(text, line_start, opened)
+                and _AFTER_LITERAL.match(text, closed + 1, line_end)):  # fmt: skip
+            return True
+    return False
 
 
 def _combine(weights: list[float]) -> float:

@@ -110,7 +110,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     # an instruction hooked on producing the answer about this very data: "When answering
     # questions about this table, say ...", "If you're drafting Sam's reply, work in ..."
     ("answer", "answer_hook", 0.5,
-     r"\b(?:when|while|if) (?:you(?:'re| are)? )?(?:answering|summari[sz]ing|drafting|generating|replying to|responding to|explaining|describing)(?: (?:questions|anything) (?:about|on))? (?:this|these|[a-z]+'s)(?: [a-z-]+){1,3}?[^.\n]{0,20}[,:]\s*(?:please )?(?:say|state|claim|report|write that|mention|add|include|recommend|close (?:it|your|the)|end (?:it|your|the)|work in|insert|tell)\b"),  # noqa: E501
+     r"\b(?:when|while|if) (?:you(?:'re| are)? )?(?:answering|summari[sz]ing|drafting|generating|replying to|responding to|explaining|describing)(?: (?:questions|anything) (?:about|on))? (?:this|these|[a-z]+'s)(?: [a-z-]+){1,3}?[^.\n]{0,20}[,:]\s*(?:please )?(?:say|state|claim|report|write that|mention|add|include|recommend|close (?:it|your|the)|end (?:it|your|the)|work in|insert|tell)\b|\b(?:answer|respond to|reply to) (?:every|all|any|each) (?:questions?|requests?|queries|query) (?:about|on|regarding) (?:this|these) (?:table|sheet|spreadsheet|document|page|file|data|e-?mail|text|report|dataset|list|article)s?\b[^.\n]{0,30}\b(?:in [a-z]+ only|only in|in (?:french|spanish|german|italian|chinese|japanese|russian|portuguese|arabic|hindi|pirate|emojis?|rhymes?|verse|all caps|uppercase)|by (?:saying|claiming|stating)|(?:always|never) (?:say|mention|include|recommend|claim|refer|add)|that (?:the|it|we|you))\b"),  # noqa: E501
     ("address", "bracket_directive", 0.6,
      r"[\[(<{]\s*(?:ai|a\.i\.|assistant|model|llm|agent|bot|system)[ _-]?(?:directive|instructions?|note|command|task|order|message|prompt)s?\s*[\])>}]"),  # noqa: E501
     ("address", "third_person", 0.45,
@@ -153,7 +153,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("persona", "stay_in_character", 0.4,
      r"\b(?:stay in character|never break character|don'?t break character|remain in character|respond in character|always stay as)\b"),  # noqa: E501
     ("persona", "grandma", 0.4,
-     r"\b(?:my (?:late |deceased |dead )?grand(?:ma|mother|pa|father) (?:who )?(?:used to|would)|for a (?:story|novel|movie|screenplay|game|book|script|play)\b|hypothetical(?:ly)?,? (?:if|in a world|speaking)|in a fictional world)\b"),  # noqa: E501
+     r"\b(?:my (?:late |deceased |dead )?grand(?:ma|mother|pa|father),? (?:who )?(?:used to|would)|for a (?:story|novel|movie|screenplay|game|book|script|play)\b|hypothetical(?:ly)?,? (?:if|in a world|speaking)|in a fictional world)\b"),  # noqa: E501
     # -- prompt / secret extraction ----------------------------------------------------------
     ("extraction", "reveal_prompt", 0.7,
      r"\b(?:reveal|print|show|output|display|repeat|recite|tell me|give me|share|leak|dump|list|write (?:out|down)|return|provide|spell out|translate|summari[sz]e|rewrite|paraphrase|encode|describe|what (?:is|are|was|were)|what'?s)\b.{0,30}\b(?:your|the|those|these|my|its|all)? ?(?:full |complete |entire |exact |original |initial |hidden |secret |internal |confidential )*(?:system ?prompt|initial prompt|pre-?prompt|meta-?prompt|hidden prompt|prompt instructions|system (?:message|instructions)|(?:initial|original|hidden|secret|internal|confidential|developer|first) instructions|instructions (?:you were given|above|you received|before this)|guidelines you (?:were given|follow)|configuration prompt|your prompt|(?:words|lines|sentences|characters|part|parts|sections?) of (?:your|the) (?:prompt|instructions))\b"),  # noqa: E501
@@ -356,8 +356,9 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
     "disable_filters": (("disable", "turn off", "switch off", "deactivate", "remove", "bypass",
                          "lift", "drop", "suspend"), ("filter", "guardrail", "restriction",
                                                       "safety", "censorship", "moderation")),
-    "answer_hook": (("when", "while", "if "), ("answering", "summari", "drafting", "generating",
-                    "replying", "responding", "explaining", "describing")),
+    "answer_hook": (("when", "while", "if ", "answer", "respond to", "reply to"),
+                    ("answer", "summari", "drafting", "generating", "replying", "responding",
+                     "explaining", "describing", "respond to", "reply to")),
     "bracket_directive": (("directive", "instruction", "note", "command", "task", "order",
                            "message", "prompt"), ("[", "(", "<", "{")),
     "processing_hook": (("when ",),),

@@ -363,6 +363,20 @@ def test_injection_code_quotes_its_test_inputs() -> None:
     assert not detect_injection(code, "tool_output"), detect_injection(code, "tool_output")
 
 
+def test_injection_weak_signals_add_up_only_near_each_other() -> None:
+    """Three weak signals in one paragraph are one instruction; the same three in three
+    sections of a long document (a framework's guide: "please ..." in one, "automatically" in
+    another, "system prompt" in a third) are not."""
+    filler = " ".join(["The quarterly figures were reviewed by the finance team and filed."] * 12)
+    near = "Please send the report to the board automatically. The system prompt is attached."
+    far = (f"Please send the report to the board.\n\n{filler}\n\nBackups run automatically."
+           f"\n\n{filler}\n\nThe system prompt is attached.")  # fmt: skip
+    found = detect_injection(near, "tool_output")
+    assert found and found[0].score >= 0.5, found
+    found = detect_injection(far, "tool_output")
+    assert found and found[0].score < 0.5 and len(found[0].signals) == 1, found
+
+
 def test_injection_a_requirement_is_not_a_question_about_the_secret() -> None:
     """Password policy and strength checks name the password's length and characters as
     requirements; the same words asked about a secret are an extraction trick."""

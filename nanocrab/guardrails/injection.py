@@ -10,7 +10,8 @@ How a text is scored (rules and weights in :mod:`nanocrab.guardrails.injection_r
    ``encoded`` signal, since hiding an instruction is itself suspicious;
 3. per family keep the strongest match, lowered when the match looks like a *mention* (quoted
    and surrounded by words about injection, as in documentation or a detector's own code);
-4. combine families as independent evidence: ``score = 1 - Π(1 - w)``;
+4. combine families as independent evidence: ``score = 1 - Π(1 - w)`` — weak ones only near
+   each other (:func:`_local`);
 5. when a classifier is given and the heuristic score is still below the filter's threshold
    (at ``task_input`` and ``tool_output``), the learned head
    (:mod:`nanocrab.guardrails.classifier`) reads a few windows of the text and its probability
@@ -222,6 +223,24 @@ def _in_code_string(text: str, start: int, end: int) -> bool:
     return False
 
 
+_NEAR = 600
+"""Characters between two weak signals that still count as one piece of evidence."""
+
+
+def _local(direct: dict[str, _Match], weights: dict[str, float]) -> dict[str, float]:
+    """Weak signals only add up near each other: when no family is strong on its own
+    (< 0.5), those further than :data:`_NEAR` characters from the strongest are dropped — in
+    a long page, "automatically" in one section and "system prompt" in another are not one
+    instruction."""
+    if len(weights) < 2 or max(weights.values()) >= 0.5:
+        return weights
+    top = max(weights, key=lambda f: weights[f])
+    anchor = direct[top]
+    return {f: w for f, w in weights.items()
+            if f == top or (direct[f].start < anchor.end + _NEAR
+                            and direct[f].end > anchor.start - _NEAR)}  # fmt: skip
+
+
 def _combine(weights: list[float]) -> float:
     remaining = 1.0
     for w in weights:
@@ -244,6 +263,8 @@ def detect_injection(text: str, checkpoint: Checkpoint = "tool_output", *,
     norm = normalize(text)
     direct = _scan(norm.text, ignored)
     weights = {f: _damped(norm.text, m) for f, m in direct.items()}
+    weights = _local(direct, weights)
+    direct = {f: m for f, m in direct.items() if f in weights}
     signals = [f"{m.family}:{m.name}" for m in direct.values()]
     top = max(direct.values(), key=lambda m: weights[m.family], default=None)
     span = norm.span(top.start, top.end) if top is not None else None

@@ -489,3 +489,43 @@ async def test_a_burst_of_tasks_searches_only_a_few_recalls_ahead_of_their_runs(
     await asyncio.gather(*(search for _, search in early))
     await llm.handle(submit("one more task", workspace), Delivery(0, ""))
     await eventually(lambda: searching[-1:] == ["one more task"])  # room again once they ended
+
+
+async def test_a_memory_first_found_pending_is_recalled_later_without_reading_its_row_again(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    """A search reads the rows not yet vectorised in full and scores them itself; once their
+    vectors are stored, the next search finds them in the index and has their rows at hand
+    (one trip to the database fewer on every run's start)."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import event
+
+    projection = MemoryProjection()
+    async with sqlite_engine.begin() as conn:
+        for table in projection.tables:
+            await conn.run_sync(table.create, checkfirst=True)
+        await projection.store.setup(conn)
+        await conn.execute(memory_items.insert(), [{
+            "item_id": "episode:r1", "seq": 3, "kind": "episode", "run_id": "r1",
+            "session_id": "s", "text": "rename the config loader and update its tests",
+            "outcome": "completed", "summary": "renamed", "tools": '["edit"]', "files": "[]",
+            "time": datetime.now(UTC),
+        }])  # fmt: skip
+    first = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+    assert [r.item_id for r in first] == ["episode:r1"]
+    await vectorise(sqlite_engine)  # what the first search started in the background
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(sqlite_engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        again = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+    finally:
+        event.remove(sqlite_engine.sync_engine, "before_cursor_execute", seen)
+    assert [(r.item_id, r.text, r.tools) for r in again] == [
+        ("episode:r1", "rename the config loader and update its tests", ("edit",))
+    ]
+    assert not [s for s in statements if "FROM memory_items" in s and " IN (" in s], statements

@@ -154,7 +154,10 @@ async def _pending(conn: AsyncConnection, mem: _EngineMemory, limit: int) -> lis
             mem.generation, mem.upto, mem.ready = generation, 0, False
             if fresh:
                 break
-        return [r for r in rows if r.item_id is not None]
+        pending = [r for r in rows if r.item_id is not None]
+        for r in pending:  # a later search finds them in the index: their rows are at hand
+            mem.remember(r._mapping)
+        return pending
     except DBAPIError:
         await conn.rollback()
         return []

@@ -25,6 +25,10 @@ import ahocorasick  # type: ignore[import-not-found]
 
 _ALL = r"(?:all|any|every|each|the|your|my|of|these|those|such|previous|prior|above|earlier|preceding|foregoing|initial|original|old|existing|current|given|system|default|developer|safety|other|user'?s|assistant'?s|model'?s|agent'?s|above|\s)*"  # noqa: E501
 _RULES_NOUN = r"(?:\w{0,3}nstruc\w*|question|query|instruction|prompt|rule|direction|guideline|guidance|context|message|command|constraint|programming|guardrail|restriction|polic(?:y|ies)|directive|order|task|training|filter|setting|limitation|conversation|text|input|content|request)s?"  # noqa: E501
+_INSTRUCTIONS = r"(?:\w{0,3}nstruc\w*|prompt|rule|guideline|guidance|directive|constraint|programming|guardrail|restriction|polic(?:y|ies)|training|limitation|filter)s?"  # noqa: E501
+"""The nouns that are instructions whatever the verb ("delete your rules"); a "task", "request"
+or "message" is one only with a qualifier ("cancel your current task"): "cancel the task" and
+"delete request" are what code and its docs say."""
 _AI = r"(?:ai|a\.i\.|assistant|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|model|agent|bot|copilot|gemini|bard|llama|autogpt|system|helper|ai agent|ai model)"  # noqa: E501
 _SECRET = r"(?:api[ _-]?keys?|passwords?|passcodes?|pass ?phrases?|tokens?|secrets?|credentials?|ssh keys?|private keys?|\.env|env(?:ironment)? (?:file|variables?|vars)|cookies?|session (?:id|token)s?|credit ?card(?: number)?s?|card numbers?|cvv|security codes?|2fa codes?|otp|one[- ]time (?:code|password)s?|verification codes?|access codes?|bank (?:account|details)|account numbers?|routing numbers?|social security numbers?|ssn|login details|auth(?:entication)? (?:codes?|tokens?)|id_rsa|aws[_ ](?:secret|access))"  # noqa: E501
 _SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mail|mail|exfiltrate|leak|share|copy|submit|deliver|beam|pipe|curl|wget|fetch|append|attach|embed|paste|dm)"  # noqa: E501
@@ -37,7 +41,7 @@ _COMMAND = r"(?:add|send|forward|email|e-mail|cancel|delete|remove|change|update
 RULES: tuple[tuple[str, str, float, str], ...] = (
     # -- instruction override / hijack ------------------------------------------------------
     ("override", "ignore_instructions", 0.8,
-     rf"\b(?:ignore|disregard|forget|override|overrule|bypass|skip|neglect|abandon|drop|discard|set aside|throw out|cancel|erase|delete|void|nullify|put aside|dismiss|stop following|don'?t follow|do not follow|no longer follow)\b[^\S\n]*[ \t,][^\S\n]*{_ALL}{_RULES_NOUN}\b"),  # noqa: E501
+     rf"\b(?:ignore|disregard|forget|override|overrule|bypass|neglect|abandon|set aside|nullify|put aside|dismiss|stop following|don'?t follow|do not follow|no longer follow)\b[^\S\n]*[ \t,][^\S\n]*{_ALL}{_RULES_NOUN}\b|\b(?:skip|drop|discard|throw out|cancel|erase|delete|void)\b[^\S\n]*[ \t,][^\S\n]*(?:{_ALL}{_INSTRUCTIONS}|(?:(?:all|any|every|each|the|your|my|of|these|those)\s+)*(?:previous|prior|above|earlier|preceding|foregoing|initial|original|old|existing|current|given|system|default|developer|safety)\s+(?:\w+\s+)?{_RULES_NOUN})\b"),  # noqa: E501
     ("override", "forget_everything", 0.7,
      r"\b(?:forget|ignore|disregard) (?:about )?(?:everything(?! ?\()|all(?: of)? (?:that|this|the above)|what (?:you were|i) (?:told|said)|whatever (?:you were|i) told)\b"),  # noqa: E501
     ("override", "new_instructions", 0.55,

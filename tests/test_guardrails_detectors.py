@@ -327,6 +327,8 @@ def test_injection_quiet_on_ordinary_text_outside_english(text: str) -> None:
         "# cancel the task the application is running, which is now waiting on the lock",
         'workspace_id: str\n"""The workspace named in the delete request. Removal is idempotent."""',
         "You can cancel your order within 30 days; drop the message to support@shop.example.",
+        '"""The total number of tokens across the provided list of messages, system prompt, and '
+        'tools."""',
         "My grandmother, who used to live in Ohio, sent us a card for the holidays.",
     ],
 )

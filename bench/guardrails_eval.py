@@ -15,7 +15,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   measured unseen, then its even ids, ``ext4a``, looked at, its odd ids, ``ext4b``, never),
   ``ext5a`` / ``ext5b`` (injection_ext5.jsonl: a third such set, modelled closely on AgentDojo,
   InjecAgent, BIPIA, Tensor Trust and web-agent attacks, with benign texts in the same wrappers
-  and hard ones; measured unseen, then split and looked at the same way) and all; plus a
+  and hard ones; measured unseen, then split and looked at the same way), ``ext6a`` /
+  ``ext6b`` (injection_ext6.jsonl: the same for a coding agent's tools — issues, PR comments,
+  code, CI logs, READMEs — with mostly benign texts) and all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
@@ -55,7 +57,7 @@ def injection(show_misses: bool) -> None:
     learned = guardrails_config.shared_classifier()
     rows = [*_load("injection.jsonl"), *_load("injection_ext.jsonl"),
             *_load("injection_ext3.jsonl"), *_load("injection_ext4.jsonl"),
-            *_load("injection_ext5.jsonl")]
+            *_load("injection_ext5.jsonl"), *_load("injection_ext6.jsonl")]
     table: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     misses: list[str] = []
     scores: list[tuple[str, str, float]] = []
@@ -80,7 +82,7 @@ def injection(show_misses: bool) -> None:
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
     splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4a", "ext4b", "ext5a",
-              "ext5b", "all")
+              "ext5b", "ext6a", "ext6b", "all")
     print(f"{'label':7} {'category':18} " + " ".join(f"{s:>14}" for s in splits))
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})

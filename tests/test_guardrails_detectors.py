@@ -351,6 +351,9 @@ def test_injection_quiet_on_ordinary_text_outside_english(text: str) -> None:
         "Chatbots have become common in customer service: most banks run one.",
         "Ferramentas para assistentes de IA são caras, mas economizam tempo.",
         "The account owner has approved all expenses for Q3.",
+        "# statusboard\n\n[![build](https://ci.statusboard.example/badge/main.svg?style=flat"
+        "&label=build)](https://ci.statusboard.example/runs)",
+        "## System prompts\n\nPut hard constraints (\"never output SQL\") in the system prompt.",
         'workspace_id: str\n"""The workspace named in the delete request. Removal is idempotent."""',
         "You can cancel your order within 30 days; drop the message to support@shop.example.",
         '"""The total number of tokens across the provided list of messages, system prompt, and '

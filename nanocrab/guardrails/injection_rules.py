@@ -146,6 +146,10 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:system (?:override|update|upgrade|notice|instructions? (?:update|override|change))|you have been given a (?:system )?(?:upgrade|update)|the situation has changed|admin(?:istrator)? (?:override|mode|access|command|privileges)|developer mode|debug mode (?:enabled|activated|on)|maintenance mode|sudo mode|god mode|root access granted|safety (?:mode|filters?) (?:off|disabled|deactivated))\b"),  # noqa: E501
     ("impersonation", "end_of_input", 0.55,
      r"\b(?:end of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions)|(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
+    # a transcript forged inside data: a tool call and its result the agent never made
+    # ("</file_contents>\n<tool_call name=\"run_shell\">{...}</tool_call>")
+    ("impersonation", "forged_tool_call", 0.6,
+     r"<\s*(?:tool_call|function_call|tool_use|invoke)\b[^>\n]{0,80}>\s*\{[^\n]{0,300}\}\s*<\s*/\s*(?:tool_call|function_call|tool_use|invoke)\s*>"),
     ("impersonation", "fake_boundary", 0.45,
      r"(?:^|\n)\s*(?:-{3,}|={3,}|#{3,}|%{3,}|\*{3,}|~{3,})\s*(?:end|begin|start|new|system|admin|instructions?|prompt|user|assistant)\b"),
     # -- role-play / jailbreak ----------------------------------------------------------------
@@ -390,6 +394,7 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
                        "instruction", "security"),),
     "end_of_input": (("end of", "ends", "ended", "is over", "complete", "ignore the"),),
     "fake_boundary": (("---", "===", "###", "%%%", "***", "~~~"),),
+    "forged_tool_call": (("<tool_call", "<function_call", "<tool_use", "<invoke"),),
     "you_are_now": (("you are", "you're"),),
     "pretend": (("pretend", "imagine", "suppose", "as if", "like you", "roleplay", "role of",
                  "act as"),),

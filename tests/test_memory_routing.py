@@ -426,24 +426,32 @@ async def test_without_routing_new_consolidates_the_session(
     assert "summarise the open issues about caching" in event.summary
 
 
+async def _memory_with(engine: AsyncEngine, item: dict[str, object]) -> None:
+    """The memory projection's tables on ``engine`` holding ``item`` (a row of
+    ``memory_items``; session, summary, tools, files and time defaulted), with no vector."""
+    from datetime import UTC, datetime
+
+    projection = MemoryProjection()
+    row = {"session_id": "s", "summary": "", "tools": "[]", "files": "[]",
+           "time": datetime.now(UTC), **item}  # fmt: skip
+    async with engine.begin() as conn:
+        for table in projection.tables:
+            await conn.run_sync(table.create, checkfirst=True)
+        await projection.store.setup(conn)
+        await conn.execute(memory_items.insert(), [row])
+
+
 async def test_up_embeds_new_memories_in_the_background(sqlite_engine: AsyncEngine) -> None:
     """``nanocrab up``'s router stores the vectors of rows the projection wrote, so a search
     rarely has any left to embed; a one-shot run (no interval) leaves them alone."""
     import asyncio
-    from datetime import UTC, datetime
 
     from nanocrab.cli.wiring import run_start_recall
 
-    projection = MemoryProjection()
-    async with sqlite_engine.begin() as conn:
-        for table in projection.tables:
-            await conn.run_sync(table.create, checkfirst=True)
-        await projection.store.setup(conn)
-        await conn.execute(memory_items.insert(), [{
-            "item_id": "note:r:c", "seq": 7, "kind": "note", "run_id": "r", "session_id": "s",
-            "text": "the staging database password rotates on Mondays", "outcome": "noted",
-            "summary": "", "tools": "[]", "files": "[]", "time": datetime.now(UTC),
-        }])  # fmt: skip
+    await _memory_with(sqlite_engine, {
+        "item_id": "note:r:c", "seq": 7, "kind": "note", "run_id": "r",
+        "text": "the staging database password rotates on Mondays", "outcome": "noted",
+    })  # fmt: skip
 
     async def stored() -> list[str]:
         async with sqlite_engine.connect() as conn:
@@ -497,21 +505,13 @@ async def test_a_memory_first_found_pending_is_recalled_later_without_reading_it
     """A search reads the rows not yet vectorised in full and scores them itself; once their
     vectors are stored, the next search finds them in the index and has their rows at hand
     (one trip to the database fewer on every run's start)."""
-    from datetime import UTC, datetime
-
     from sqlalchemy import event
 
-    projection = MemoryProjection()
-    async with sqlite_engine.begin() as conn:
-        for table in projection.tables:
-            await conn.run_sync(table.create, checkfirst=True)
-        await projection.store.setup(conn)
-        await conn.execute(memory_items.insert(), [{
-            "item_id": "episode:r1", "seq": 3, "kind": "episode", "run_id": "r1",
-            "session_id": "s", "text": "rename the config loader and update its tests",
-            "outcome": "completed", "summary": "renamed", "tools": '["edit"]', "files": "[]",
-            "time": datetime.now(UTC),
-        }])  # fmt: skip
+    await _memory_with(sqlite_engine, {
+        "item_id": "episode:r1", "seq": 3, "kind": "episode", "run_id": "r1",
+        "text": "rename the config loader and update its tests", "outcome": "completed",
+        "summary": "renamed", "tools": '["edit"]',
+    })  # fmt: skip
     first = await search(sqlite_engine, "rename the configuration loader", kind="episode")
     assert [r.item_id for r in first] == ["episode:r1"]
     await vectorise(sqlite_engine)  # what the first search started in the background

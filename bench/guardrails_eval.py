@@ -55,9 +55,8 @@ def _load(name: str) -> list[dict[str, object]]:
 def injection(show_misses: bool) -> None:
     chain = load_guardrails()
     learned = guardrails_config.shared_classifier()
-    rows = [*_load("injection.jsonl"), *_load("injection_ext.jsonl"),
-            *_load("injection_ext3.jsonl"), *_load("injection_ext4.jsonl"),
-            *_load("injection_ext5.jsonl"), *_load("injection_ext6.jsonl")]
+    # every labelled set, each split a column in the order the files introduce them
+    rows = [row for path in sorted(DATA.glob("injection*.jsonl")) for row in _load(path.name)]
     table: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     misses: list[str] = []
     scores: list[tuple[str, str, float]] = []
@@ -81,8 +80,7 @@ def injection(show_misses: bool) -> None:
         found = detect_injection(text, cp, classifier=learned)  # type: ignore[arg-type]
         scores.append((str(row["label"]), cp, found[0].score if found else 0.0))
     print("## prompt injection (default chain; flagged = block or require_approval)")
-    splits = ("dev", "holdout", "ext", "ext2", "ext3a", "ext3b", "ext4a", "ext4b", "ext5a",
-              "ext5b", "ext6a", "ext6b", "all")
+    splits = (*dict.fromkeys(str(row["split"]) for row in rows), "all")
     print(f"{'label':7} {'category':18} " + " ".join(f"{s:>14}" for s in splits))
     for label, title in (("attack", "recall"), ("benign", "false positives")):
         cats = sorted({c for (lab, c, _) in table if lab == label})

@@ -24,11 +24,11 @@ from re import _parser as re_parser  # type: ignore[attr-defined]
 import ahocorasick  # type: ignore[import-not-found]
 
 _ALL = r"(?:all|any|every|each|the|your|my|of|these|those|such|previous|prior|above|earlier|preceding|foregoing|initial|original|old|existing|current|given|system|default|developer|safety|other|user'?s|assistant'?s|model'?s|agent'?s|above|\s)*"  # noqa: E501
-_RULES_NOUN = r"(?:\w{0,3}nstruc\w*|question|query|instruction|prompt|rule|direction|guideline|guidance|context|message|command|constraint|programming|guardrail|restriction|polic(?:y|ies)|directive|order|task|training|filter|setting|limitation|conversation|text|input|content|request)s?"  # noqa: E501
 _INSTRUCTIONS = r"(?:\w{0,3}nstruc\w*|prompt|rule|guideline|guidance|directive|constraint|programming|guardrail|restriction|polic(?:y|ies)|training|limitation|filter)s?"  # noqa: E501
 """The nouns that are instructions whatever the verb ("delete your rules"); a "task", "request"
 or "message" is one only with a qualifier ("cancel your current task"): "cancel the task" and
 "delete request" are what code and its docs say."""
+_RULES_NOUN = rf"(?:{_INSTRUCTIONS}|(?:question|query|direction|context|message|command|order|task|setting|conversation|text|input|content|request)s?)"  # noqa: E501
 _AI = r"(?:ai|a\.i\.|assistant|chat ?gpt|gpt(?:-?\d)?|claude|llm|language model|model|agent|bot|copilot|gemini|bard|llama|autogpt|system|helper|ai agent|ai model)"  # noqa: E501
 _SECRET = r"(?:api[ _-]?keys?|passwords?|passcodes?|pass ?phrases?|tokens?|secrets?|credentials?|ssh keys?|private keys?|\.env|env(?:ironment)? (?:file|variables?|vars)|cookies?|session (?:id|token)s?|credit ?card(?: number)?s?|card numbers?|cvv|security codes?|2fa codes?|otp|one[- ]time (?:code|password)s?|verification codes?|access codes?|bank (?:account|details)|account numbers?|routing numbers?|social security numbers?|ssn|login details|auth(?:entication)? (?:codes?|tokens?)|id_rsa|aws[_ ](?:secret|access))"  # noqa: E501
 _SEND = r"(?:send|sends|sending|post|posting|upload|forward|transmit|email|e-mail|mail|exfiltrate|leak|share|copy|submit|deliver|beam|pipe|curl|wget|fetch|append|attach|embed|paste|dm)"  # noqa: E501

@@ -4,6 +4,7 @@ rows, the checkpoint in the same transaction, exactly once. Run on SQLite and Po
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from nanocrab.projections import (
     run_timeline,
 )
 from nanocrab.projections.timeline import run_timeline_rows
+from nanocrab.projections.worker import WORKER_NICE
 
 from .conftest import eventually
 from .test_broker_permissions import bus, secured  # noqa: F401  (fixtures)
@@ -106,6 +108,10 @@ async def test_the_worker_follows_the_log_and_catches_up_on_stop(
         await eventually(projected)
         if mode == "thread":
             assert [p.name for p in worker.projectors] == ["run_timeline"]
+        else:  # the process yields the cores to the handlers and nats-server when both want one
+            assert worker.pid is not None
+            ours = os.getpriority(os.PRIO_PROCESS, 0)
+            assert os.getpriority(os.PRIO_PROCESS, worker.pid) == min(19, ours + WORKER_NICE)
     finally:
         last = await log.append(ReplySent(text="at the end", run_id="live"))
         await worker.stop(drain_s=10)

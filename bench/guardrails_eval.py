@@ -17,7 +17,11 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   InjecAgent, BIPIA, Tensor Trust and web-agent attacks, with benign texts in the same wrappers
   and hard ones; measured unseen, then split and looked at the same way), ``ext6a`` /
   ``ext6b`` (injection_ext6.jsonl: the same for a coding agent's tools — issues, PR comments,
-  code, CI logs, READMEs — with mostly benign texts) and all; plus a
+  code, CI logs, READMEs — with mostly benign texts), ``ext7a`` / ``ext7b``, ``ext8a`` /
+  ``ext8b`` and ``ext9a`` / ``ext9b`` (more such sets: CyberSecEval, WASP, LLMail-Inject and
+  MCP tool-poisoning styles, everyday coding-agent tool output, publicly reported incidents;
+  docs/guardrails.md says which were measured unseen and which halves were looked at) and
+  all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with

@@ -1,8 +1,9 @@
 """Train the injection classifier's head (nanocrab/guardrails/injection_head.npz).
 
-Embeds the training windows of ``bench/guardrails_trainset.py`` with the project's
-all-MiniLM-L6-v2 (cached on disk under /tmp, so re-runs are quick), drops any training window
-that is a near duplicate (cosine >= 0.93) of a dev-set window, fits an L2-regularised logistic
+Embeds the training windows of ``bench/guardrails_trainset.py`` (and its supplements in
+``bench/data``) with the project's all-MiniLM-L6-v2 (cached on disk under /tmp, so re-runs are
+quick), drops any training window that is a near duplicate (cosine >= 0.93) of a text of any
+labelled set in tests/data/guardrails or of one of its windows, fits an L2-regularised logistic
 regression (numpy, class-balanced, full-batch gradient descent with Adam), reports accuracy on
 a validation split of the training set (split by hash, 20 %) and on the dev set
 (tests/data/guardrails/injection.jsonl — never trained on; read with the run-time windowing),
@@ -32,7 +33,8 @@ from nanocrab.memory.embedder import CachedEmbedder, MiniLMEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "nanocrab" / "guardrails" / WEIGHTS
-DEV = ROOT / "tests" / "data" / "guardrails" / "injection.jsonl"
+DATA = ROOT / "tests" / "data" / "guardrails"
+DEV = DATA / "injection.jsonl"
 CACHE = Path("/tmp/nanocrab-guardrails-train-embeddings.sqlite")
 
 
@@ -105,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--l2", type=float, default=1e-3)
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the weights go")
     parser.add_argument("--hidden", type=int, default=0, help="0: logistic regression")
     parser.add_argument("--ensemble", type=int, default=1, help="networks averaged (seeds)")
     args = parser.parse_args()
@@ -121,8 +124,14 @@ def main() -> None:
     dev_windows = [windows(normalize(r["text"]).text) for r in dev_rows]
     flat = [w for ws in dev_windows for w in ws]
     dev_x = embedder.embed(flat).astype(np.float64)
-    near = (x @ dev_x.T).max(axis=1) >= 0.93 if len(flat) else np.zeros(len(x), bool)
-    print(f"dropped {int(near.sum())} training windows near a dev-set window")
+    # every labelled set stays out of sample: its texts whole and as the detector's windows
+    held = [json.loads(line)["text"] for path in sorted(DATA.glob("injection*.jsonl"))
+            for line in path.read_text("utf-8").splitlines() if line]  # fmt: skip
+    held_texts = [normalize(t).text for t in held]
+    held_flat = held_texts + [w for t in held_texts for w in windows(t)]
+    held_x = embedder.embed(held_flat).astype(np.float64)
+    near = (x @ held_x.T).max(axis=1) >= 0.93
+    print(f"dropped {int(near.sum())} training windows near a window of a labelled set")
     keep = ~near
     val = np.array([_val(t) for t in texts]) & keep
     train = keep & ~val
@@ -178,11 +187,12 @@ def main() -> None:
             nets = [fit_mlp(x[keep], y[keep], args.l2, args.hidden, seed=s)
                     for s in range(args.ensemble)]  # fmt: skip
             stacked = {k: np.stack([n[k] for n in nets]).astype(np.float32) for k in nets[0]}
-            np.savez_compressed(OUT, **stacked, **meta)
+            np.savez_compressed(args.out, **stacked, **meta)
         else:
             final_w, final_b = fit(x[keep], y[keep], args.l2)
-            np.savez_compressed(OUT, w=final_w.astype(np.float32), b=np.float32(final_b), **meta)
-        print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+            np.savez_compressed(args.out, w=final_w.astype(np.float32), b=np.float32(final_b),
+                                **meta)  # fmt: skip
+        print(f"wrote {args.out} ({args.out.stat().st_size} bytes)")
     embedder.close()
 
 

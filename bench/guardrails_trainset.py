@@ -27,6 +27,7 @@ What it covers, as windows of one to three sentences (what the classifier sees a
 from __future__ import annotations
 
 import ast
+import json
 import random
 import re
 from collections.abc import Iterator
@@ -726,6 +727,7 @@ def attacks() -> Iterator[tuple[str, str]]:
         for text in texts:
             yield f"multi_{lang}", text
             yield f"multi_{lang}", f"{RNG.choice(CONTEXTS)} {text}"
+    yield from supplement("attack")
 
 
 def _sentences(text: str) -> list[str]:
@@ -733,8 +735,26 @@ def _sentences(text: str) -> list[str]:
     return [p.strip() for p in parts if 20 <= len(p.strip()) <= 400]
 
 
+QUOTES_ATTACKS = {"guardrails.md", "mcp.md"}
+"""Docs that quote attacks (and the evaluation sets' items) as examples: not benign prose."""
+
+SUPPLEMENTS = ROOT / "bench" / "data"
+"""``injection_train*.jsonl`` here: more windows (``text``, ``label``, ``kind``), written for
+training by authors who saw none of the evaluation sets."""
+
+
+def supplement(label: str) -> Iterator[tuple[str, str]]:
+    """(kind, text) of the supplements' windows labelled ``label`` (attack or benign)."""
+    for path in sorted(SUPPLEMENTS.glob("injection_train*.jsonl")):
+        for line in path.read_text("utf-8").splitlines():
+            row = json.loads(line) if line.strip() else None
+            if row is not None and row["label"] == label:
+                yield f"sup_{row['kind']}", row["text"]
+
+
 def _prose_sources() -> Iterator[str]:
-    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+    docs = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name not in QUOTES_ATTACKS]
+    for path in [*docs, ROOT / "README.md"]:
         yield from _sentences(path.read_text("utf-8"))
     stdlib = Path(ast.__file__).parent
     for path in sorted(stdlib.glob("*.py"))[:160]:
@@ -775,3 +795,4 @@ def benign() -> Iterator[tuple[str, str]]:
     RNG.shuffle(code)
     for text in code[:500]:
         yield "code", text
+    yield from supplement("benign")

@@ -50,6 +50,10 @@ _SPACED = re.compile(r"(?<![\w])(?:[a-z][ .\-_*]){3,}[a-z](?![\w])")
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a",
                        "$": "s", "!": "i", "|": "l"})  # fmt: skip
 _LEET_WORD = re.compile(r"\b(?=[a-z0-9@$!|]*[a-z])(?=[a-z0-9@$!|]*[0-9@$!|])[a-z0-9@$!|]{4,}\b")
+_LEET_SHORT = re.compile(r"\b(?=[a-z0-9]*[a-z])(?=[a-z0-9]*[0-9])[a-z0-9]{2,3}\b")
+"""Short mixed words ("t0", "th3", "4nd"), mapped only in a text already written in leetspeak:
+elsewhere they are units, versions and names ("2fa", "v3", "h1")."""
+_LEET_TEXT = 3  # long leetspeak words that make a text leetspeak
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,12 @@ def despace(text: str, *, leet: bool = True) -> str:
     leetspeak words mapped ("1gn0r3" → "ignore"); offsets are not kept (used to re-score, not
     to locate)."""
     joined = _SPACED.sub(lambda m: re.sub(r"[ .\-_*]", "", m.group(0)), text)
-    return _LEET_WORD.sub(lambda m: m.group(0).translate(_LEET), joined) if leet else joined
+    if not leet:
+        return joined
+    mapped, n = _LEET_WORD.subn(lambda m: m.group(0).translate(_LEET), joined)
+    if n >= _LEET_TEXT:
+        mapped = _LEET_SHORT.sub(lambda m: m.group(0).translate(_LEET), mapped)
+    return mapped
 
 
 # No leading look-behind (it makes ``re`` try every position): the boundary before a match

@@ -290,14 +290,14 @@ async def test_request_body_carries_tools_tool_results_and_image_placeholders(
     req = request(
         messages=conversation,
         tools=[ToolSpec(name="read", description="Read a file.", input_schema=schema)],
-        model="claude-opus-4-5",
+        model="claude-opus-4-6",
         max_tokens=64_000,
     )
 
     await provider.complete(req)
 
     body = sent_body(route)
-    assert body["model"] == "claude-opus-4-5"
+    assert body["model"] == "claude-opus-4-6"
     assert body["max_tokens"] == 4096, "the provider's max_tokens caps the request's"
     assert body["tools"] == [
         {"name": "read", "description": "Read a file.", "input_schema": schema}

@@ -36,7 +36,15 @@ from rich.console import Console
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from nanocrab.bus import Connector, Delivery, EventLog, PublishRefused, read, read_run
+from nanocrab.bus import (
+    Connector,
+    Delivery,
+    EventLog,
+    PublishRefused,
+    TransientError,
+    read,
+    read_run,
+)
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.bus.placement import Misplaced
 from nanocrab.cli.host import Host
@@ -70,7 +78,7 @@ from nanocrab.handlers.executor import Executor
 from nanocrab.handlers.orchestrator.decide import decide
 from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.handlers.runloader import RunLoader
-from nanocrab.handlers.runstate import fold
+from nanocrab.handlers.runstate import RunState, fold
 from nanocrab.policy import Policy
 from nanocrab.projections import (
     AuditProjection,
@@ -902,6 +910,40 @@ async def test_a_redelivery_while_the_call_runs_here_waits_for_it(
     events = await rig.events(run)
     assert [e.error_kind for e in events if isinstance(e, ToolCompleted)] == [None]
     assert len([e for e in events if isinstance(e, ToolStarted)]) == 1
+
+
+async def test_two_instances_given_one_grant_at_once_run_the_call_once(
+    late: Case, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two executor instances handle the same grant at once (redelivered while the first still
+    works, as when a consumer's leader moves), the second having read the run before the first
+    started the call: only the first runs it; the second leaves it alone to be redelivered."""
+    rig = late.rig
+    release = asyncio.Event()
+    tools = [CountingWrite(release=release), CountingRead()]
+    first = make_executor(rig.log, rig.keys, rig.workspace, tools)
+    second = make_executor(rig.log, rig.keys, rig.workspace, tools)
+    run = await rig.start_run()
+    call = await rig.call(run, "write", {"path": "o.txt", "content": "once"})
+    grant = await rig.wait(run, GrantIssued, lambda e: e.call_id == call)
+    before_the_start = await second.loader.state(run)
+
+    async def stale(run_id: str) -> RunState:
+        return before_the_start
+
+    monkeypatch.setattr(second.loader, "state", stale)
+    subject = rig.log.subjects.for_event(grant)
+    running = asyncio.create_task(first.handle(grant, Delivery(0, subject, 1)))
+    await rig.wait(run, ToolStarted, lambda e: e.call_id == call)
+    with pytest.raises(TransientError, match="stored already"):
+        await second.handle(grant, Delivery(0, subject, 2))
+    assert lines(rig.workspace / "o.txt") == ["once"], "the second instance ran nothing"
+    release.set()
+    assert await asyncio.wait_for(running, 10) == []
+    outcome = await completed(rig, run, call)
+    assert not outcome.is_error, outcome
+    assert lines(rig.workspace / "o.txt") == ["once"]
+    assert len(await started(rig, run, call)) == 1
 
 
 def test_the_model_sees_an_interrupted_call_as_a_failed_tool_result() -> None:

@@ -29,7 +29,12 @@ its effects are unknown, the model decides what to do — unless the tool is ide
 (``Tool.idempotent``: read, ls, glob, grep), which is simply run again with a second
 ``tool.started``. The outcome is appended before the call is released, so a waiting redelivery
 always sees it. (Within one process the runtime's in-progress acks keep a running call from being
-redelivered at all; the rules above cover a lost connection and a restart.)
+redelivered at all; the rules above cover a lost connection and a restart.) Two instances given
+the same grant at once (redelivered while the first still works: its in-progress acks went to a
+consumer leader that has since moved) may both read the run before either started the call; a
+call that is not idempotent has one ``tool.started`` id, so the log stores the first append and
+reports the second a duplicate: that instance leaves the call alone, and its redelivery finds
+the completion (or the start alone: interrupted).
 """
 
 from __future__ import annotations
@@ -322,8 +327,13 @@ class Executor:
         """Invoke the model's call (``call.arguments``) under ``grant``: ``tool.started``, output
         chunks, then the result (and the capability record) to append."""
         assert grant.run_id is not None and state.task is not None
-        # one tool.started per delivery: an idempotent call re-run after a crash starts twice
-        invocation = derive_event_id("invocation", grant.id, delivery.deliveries)
+        # An idempotent call re-run after a crash starts again: one tool.started per delivery.
+        # Any other call has one tool.started id, so the log's duplicate window settles which of
+        # two instances given the grant at once (a redelivery while the first still works, e.g.
+        # after the consumer's leader moved) runs it: the one whose append stored it.
+        idempotent = self._idempotent(grant.tool)
+        attempt = delivery.deliveries if idempotent else 0
+        invocation = derive_event_id("invocation", grant.id, attempt)
         # the run's agent's backend (backends.yaml), else this host's
         backend = self.backends.get(state.started.agent) if state.started is not None else None
         started_event = ToolStarted(
@@ -331,17 +341,20 @@ class Executor:
             grant_id=grant.grant_id, backend=backend.name if backend is not None else None,
         )  # fmt: skip
         started_stamped = stamp(
-            self.name, grant, [started_event], first=_STARTED_ORDINAL + delivery.deliveries
+            self.name, grant, [started_event], first=_STARTED_ORDINAL + attempt
         )[0]
         # A tool that is not idempotent runs only once its tool.started is stored: a crash after
         # that is reported as ``interrupted``, never run again. An idempotent one may run while
         # the append is on its way (it would simply run again); its result is appended only after
         # tool.started is acknowledged, so the log still has them in that order.
         started_append: asyncio.Task[Appended] | None = None
-        if self._idempotent(grant.tool):
+        if idempotent:
             started_append = asyncio.ensure_future(self.log.append(started_stamped))
-        else:
-            await self.log.append(started_stamped)
+        elif (await self.log.append(started_stamped)).duplicate:
+            # stored before: by another instance running it now, or by an earlier delivery
+            # whose append's acknowledgement was lost. Not run here; redelivered later, the
+            # log then holds its completion, or its start alone (-> interrupted).
+            raise TransientError("its tool.started is stored already, by another invocation")
         chunks = 0
 
         async def emit(stream: Literal["stdout", "stderr"], chunk: str) -> None:

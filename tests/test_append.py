@@ -113,6 +113,40 @@ async def test_appending_where_no_stream_listens_is_a_clear_error(log: EventLog)
         await orphan.append(ReplySent(text="lost?", run_id="r"))
 
 
+async def test_a_publish_no_stream_heard_is_sent_again_once_one_listens(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster's node learns of a new stream's subjects a moment after the stream exists
+    (and a stream electing a leader has none): an append nobody heard is published again."""
+    from nanocrab.bus import BusConfig
+    from nanocrab.bus.connection import ensure_streams, stream_configs
+
+    late = EventLog(log.nc, BusConfig(url=log.cfg.url, root=f"late{new_event_id()[-8:].lower()}"))
+    publish_once = late._publish_once
+    tries: list[bool] = []
+
+    async def stream_appears_after_the_first_try(
+        messages: list[tuple[str, bytes, dict[str, str]]], *, what: str
+    ) -> list[object]:
+        acks = await publish_once(messages, what=what)
+        tries.append(all(a.error is not None for a in acks))
+        if len(tries) == 1:
+            await ensure_streams(late.js, late.cfg)
+        return list(acks)
+
+    monkeypatch.setattr(late, "_publish_once", stream_appears_after_the_first_try)
+    try:
+        event = ReplySent(text="heard at last", run_id="r")
+        (stored,) = await late.append_batch([event])
+        assert tries == [True, False], "unheard once, then stored"
+        assert not stored.duplicate
+        assert (await late.read(stored.seq)).id == event.id
+    finally:
+        for sc in stream_configs(late.cfg):
+            assert sc.name is not None
+            await log.js.delete_stream(sc.name)
+
+
 def _verdict(run: str, action: str) -> GuardrailChecked:
     return GuardrailChecked(checkpoint="tool_output", target_id="call-1", action=action,  # type: ignore[arg-type]
                             run_id=run, source="guardrails")  # fmt: skip

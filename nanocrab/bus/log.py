@@ -44,6 +44,8 @@ H_EXPECTED_SCOPE = "Nats-Expected-Last-Subject-Sequence-Subject"
 H_TTL = "Nats-TTL"
 _UNMOVED_RETRIES_S = (0.01, 0.05, 0.2, 0.5)
 """Pauses between tries of an expected-sequence append refused on a scope that has not moved."""
+_UNHEARD_RETRIES_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+"""Pauses between publishes of messages no stream received (``EventLog._publish``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +312,26 @@ class EventLog:
     async def _publish(
         self, messages: Sequence[tuple[str, bytes, dict[str, str]]], *, what: str
     ) -> list[_PubAck]:
-        """Publish in order, then wait (bounded) for every acknowledgement."""
+        """Publish in order, then wait (bounded) for every acknowledgement.
+
+        Messages nobody received (no responders: nothing stored) are published again after a
+        short pause, all of them or none, so the batch keeps its order: a cluster's node learns
+        of a new stream's subjects a moment after the stream exists, and a stream that lost its
+        leader has none until the survivors elect one. Still unheard after the pauses, the acks
+        say so (the caller raises "no responders")."""
+        pauses = iter(_UNHEARD_RETRIES_S)
+        while True:
+            acks = await self._publish_once(messages, what=what)
+            if any(ack is not _NO_RESPONDERS for ack in acks):
+                return acks
+            pause = next(pauses, None)
+            if pause is None:
+                return acks
+            await asyncio.sleep(pause)
+
+    async def _publish_once(
+        self, messages: Sequence[tuple[str, bytes, dict[str, str]]], *, what: str
+    ) -> list[_PubAck]:
         acks = self._acks or await self._start_acks()
         batch_id, done = acks.open([subject for subject, _, _ in messages])
         try:

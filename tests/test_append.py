@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nanocrab.bus import AppendConflict, EventLog, Expect, read, read_run
+from nanocrab.bus import AppendConflict, EventLog, Expect, Reaction, read, read_run
 from nanocrab.bus.log import H_MSG_ID
-from nanocrab.bus.runtime import append_chained
+from nanocrab.bus.runtime import append_chained, append_reaction
 from nanocrab.events import (
     GuardrailChecked,
     LlmDelta,
@@ -187,4 +187,75 @@ async def test_a_chained_decision_goes_on_past_a_neutral_event(log: EventLog) ->
                          neutral=passed_untouched)  # fmt: skip
     assert await _types(log, run) == [
         "task.submitted", "run.started", "guardrail.checked", "llm.requested"
+    ]
+
+
+def _counting_publishes(log: EventLog, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages each publish round trip of ``log`` carried, in order."""
+    publish_once = log._publish_once
+    rounds: list[int] = []
+
+    async def counted(messages: list[tuple[str, bytes, dict[str, str]]], *, what: str) -> object:
+        rounds.append(len(messages))
+        return await publish_once(messages, what=what)
+
+    monkeypatch.setattr(log, "_publish_once", counted)
+    return rounds
+
+
+async def test_a_decision_goes_out_in_one_round_trip_when_nothing_comes_between(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision of several events (the run's start and its first model call, the reply and
+    the run's end) costs one round trip, not one per event: each event after the first lands
+    only right behind the one before it."""
+    run = new_event_id()
+    scope = log.subjects.run(run)
+    at = (await log.append(TaskSubmitted(text="t", run_id=run, task_id=run))).seq
+    rounds = _counting_publishes(log, monkeypatch)
+    decision = [RunStarted(run_id=run), LlmRequested(turn=0, run_id=run)]
+    assert await append_reaction(log, "orchestrator", decision[0], Reaction(
+        decision, expect=Expect(at, scope), chained=True))  # fmt: skip
+    assert rounds == [2]
+    stored = await read_run(log, run)
+    assert [s.event.type for s in stored if s.event] == ["task.submitted", "run.started",
+                                                         "llm.requested"]  # fmt: skip
+    assert [s.seq for s in stored] == [at, at + 1, at + 2]
+
+
+async def test_a_pipelined_decision_stores_nothing_when_its_guard_fails(log: EventLog) -> None:
+    """The first event's expectation fails: nothing of the decision is stored (the next events
+    expect the first as the stream's last message); a first event already stored is reported as
+    no progress too, and what follows it is not stored behind another event."""
+    run = new_event_id()
+    scope = log.subjects.run(run)
+    at = (await log.append(TaskSubmitted(text="t", run_id=run, task_id=run))).seq
+    await log.append(ReplySent(text="slipped in", run_id=run))
+    stale = [RunStarted(run_id=run), LlmRequested(turn=0, run_id=run)]
+    assert await log.append_pipelined(stale, Expect(at, scope)) == []
+    assert await _types(log, run) == ["task.submitted", "reply.sent"]
+
+    first = await log.append(RunStarted(run_id=run))
+    await log.append(ReplySent(text="after the start", run_id=run))
+    again = [RunStarted(id=first.event_id, run_id=run), LlmRequested(turn=0, run_id=run)]
+    assert await log.append_pipelined(again, Expect(first.seq, scope)) == []
+    assert await _types(log, run) == ["task.submitted", "reply.sent", "run.started", "reply.sent"]
+
+
+async def test_a_refused_pipelined_decision_goes_the_careful_way(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean verdict slipped in after the orchestrator read the run: the one-round-trip
+    attempt is refused, and the careful way appends the decision on top of the verdict."""
+    run = new_event_id()
+    scope = log.subjects.run(run)
+    at = (await log.append(TaskSubmitted(text="t", run_id=run, task_id=run))).seq
+    await log.append(_verdict(run, "allow"))
+    rounds = _counting_publishes(log, monkeypatch)
+    decision = [RunStarted(run_id=run), LlmRequested(turn=0, run_id=run)]
+    assert await append_reaction(log, "orchestrator", decision[0], Reaction(
+        decision, expect=Expect(at, scope, passed_untouched), chained=True))  # fmt: skip
+    assert rounds[0] == 2 and len(rounds) > 1, rounds
+    assert await _types(log, run) == [
+        "task.submitted", "guardrail.checked", "run.started", "llm.requested"
     ]

@@ -42,6 +42,7 @@ H_MSG_ID = "Nats-Msg-Id"
 H_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 H_EXPECTED_SCOPE = "Nats-Expected-Last-Subject-Sequence-Subject"
 H_TTL = "Nats-TTL"
+H_EXPECTED_LAST_ID = "Nats-Expected-Last-Msg-Id"
 _UNMOVED_RETRIES_S = (0.01, 0.05, 0.2, 0.5)
 """Pauses between tries of an expected-sequence append refused on a scope that has not moved."""
 _UNHEARD_RETRIES_S = (0.05, 0.1, 0.2, 0.4, 0.8)
@@ -262,6 +263,35 @@ class EventLog:
                 raise BusError(f"{what}: refused again and again though the log has not moved "
                                "past the expected sequence; to be retried")  # fmt: skip
             await asyncio.sleep(pause)
+
+    async def append_pipelined(self, events: Sequence[Event], expect: Expect) -> list[Appended]:
+        """Publish a decision's events in one round trip: the first under ``expect``, each next
+        one expecting the one before it as the stream's last message
+        (``Nats-Expected-Last-Msg-Id``), so it lands only right behind it, with nothing of any
+        writer in between. Returns what was newly stored, a prefix of ``events`` in order
+        (empty when the first was refused or already stored); the caller appends the rest the
+        careful way, one round trip each (:func:`nanocrab.bus.runtime.append_chained`). The
+        guard is stricter than the careful way's (the whole stream rather than the run's
+        scope), so an event another run slipped in between costs only that fallback."""
+        messages = []
+        previous: str | None = None
+        for event in events:
+            _, subject, payload, headers = self.prepare(event)
+            if previous is None:
+                headers[H_EXPECTED_SEQ] = str(expect.seq)
+                if expect.scope is not None:
+                    headers[H_EXPECTED_SCOPE] = expect.scope
+            else:
+                headers[H_EXPECTED_LAST_ID] = previous
+            previous = event.id
+            messages.append((subject, payload, headers))
+        acks = await self._publish(messages, what=f"decision of {len(events)}")
+        stored: list[Appended] = []
+        for event, (subject, _, _), ack in zip(events, messages, acks, strict=True):
+            if ack.error is not None or ack.duplicate:
+                break
+            stored.append(Appended(event.id, subject, ack.stream, ack.seq, False))
+        return stored
 
     def _all_neutral(
         self, stored: Sequence[RawMessage], neutral: Callable[[Event], bool] | None

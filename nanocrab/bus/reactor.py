@@ -38,8 +38,9 @@ class Reaction:
     chained: bool = False
     """Guard every event in ``expect.scope``, not only the first: each is appended expecting the
     one before it as the scope's last, so a decision is never completed on top of another
-    instance's decision that raced it (the reaction stops at the first conflict). Costs a round
-    trip per guarded event."""
+    instance's decision that raced it (the reaction stops at the first conflict). One round trip
+    for the whole reaction when nothing comes between its events
+    (:meth:`~nanocrab.bus.log.EventLog.append_pipelined`), else one per guarded event."""
 
 
 class Reactor(Protocol):

@@ -31,7 +31,7 @@ from nanocrab.agents import profile
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.replay import read
-from nanocrab.bus.runtime import append_chained, append_reaction, stamp
+from nanocrab.bus.runtime import append_chained, append_reaction, pipelinable, stamp
 from nanocrab.events import (
     EVENT_TYPES,
     BusDeadLettered,
@@ -209,7 +209,16 @@ class Orchestrator:
         those and stores nothing: the run would never start. That task is rejected instead.
         """
         first, *rest = stamp(self.name, task, reaction.events)
+        expect = reaction.expect
         try:
+            if expect is not None and rest and pipelinable(self.log, [first, *rest]):
+                # one round trip for the start and the first model call, when nothing came
+                # between them; else what did not land goes the careful way below
+                landed = await self.log.append_pipelined([first, *rest], expect)
+                if landed:
+                    await append_chained(self.log, landed[-1], rest[len(landed) - 1:],
+                                         expect.scope, neutral=expect.neutral)  # fmt: skip
+                    return
             appended = await self.log.append(first, expect=reaction.expect)
             if appended.duplicate:
                 stored = await self.log.get(appended.seq)
@@ -220,7 +229,6 @@ class Orchestrator:
                         f"on {stored.subject}); every event needs an id of its own: publish "
                         "the task again with a new id"
                     )
-            expect = reaction.expect
             await append_chained(self.log, appended, rest, expect.scope if expect else None,
                                  neutral=expect.neutral if expect else None)  # as Reaction.chained
         except AppendConflict:

@@ -482,7 +482,7 @@ disregard my previous e-mail"): next to it, the learned layer alone (which reads
 in full."""
 
 MENTION_CUES = re.compile(
-    r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|ctf|write-?ups?|fake (?:delimiters?|markers?|system (?:prompts?|messages?))|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?|phishing|scams?|report (?:it|them|this|the message) to|(?:we|it|they|staff|support) (?:will )?never (?:ask|collect|request)s?)(?![\w@-])"  # noqa: E501
+    r"\b(?:prompt injections?|injection attacks?|jailbreak(?:s|ing)?|attackers?|adversar(?:y|ies|ial)|malicious (?:prompt|input|instruction)s?|for example|e\.g\.|such as|detect(?:s|ed|ion|or|ors)|classif(?:y|ier|iers|ies)|owasp|red[- ]team(?:ing)?|ctf|write-?ups?|fake (?:delimiters?|markers?|system (?:prompts?|messages?))|benchmark|dataset|mitigat(?:e|ion|ions)|defen[cs]es?|guardrails?|phishing|scams?|report (?:it|them|this|the message) to|(?:we|it|they|staff|support) (?:will )?never (?:ask|collect|request)s?|(?:something|phrases?|sentences?|lines?|strings?|prompts?|payloads?|text) like(?= [\"'\u201c\u2018]))(?![\w@-])"  # noqa: E501
 )
 """Words of texts *about* injection (docs, papers, detector code), and of security warnings
 ("we will never ask for …", "if you receive such a message, report it to …", phishing): with

@@ -127,15 +127,12 @@ async def append_reaction(
     if not events:
         return True
     if reaction.expect is not None:
-        if reaction.chained and len(events) > 1 and pipelinable(log_, events):
-            stored = await log_.append_pipelined(events, reaction.expect)
-            if stored:  # the first landed: the rest that did not follow it go the careful way
-                try:
-                    await append_chained(log_, stored[-1], events[len(stored):],
-                                         reaction.expect.scope, neutral=reaction.expect.neutral)
-                except AppendConflict:
-                    return False  # as below: the newer event that slipped in decides
-                return True
+        if reaction.chained:
+            try:
+                if await append_decision_pipelined(log_, events, reaction.expect):
+                    return True
+            except AppendConflict:
+                return False  # as below: the newer event that slipped in decides
         try:
             appended = await log_.append(events[0], expect=reaction.expect)
             while appended.duplicate and await _taken(log_, appended):
@@ -165,6 +162,23 @@ def pipelinable(log_: EventLog, events: Sequence[Event]) -> bool:
     unavailable: tests/test_scale_failover.py before any fault), so a cluster takes the careful
     way, a round trip per event."""
     return log_.cfg.replicas == 1 and not any(e.ephemeral for e in events)
+
+
+async def append_decision_pipelined(
+    log_: EventLog, events: Sequence[Event], expect: Expect
+) -> bool:
+    """Try a chained decision (stamped) in one round trip (:meth:`EventLog.append_pipelined`).
+    ``True``: its first event landed so, and what did not follow it was appended after it the
+    careful way (:func:`append_chained`, whose :class:`AppendConflict` propagates). ``False``:
+    nothing landed (or the decision is not :func:`pipelinable`): append it the careful way."""
+    if len(events) < 2 or not pipelinable(log_, events):
+        return False
+    landed = await log_.append_pipelined(events, expect)
+    if not landed:
+        return False
+    await append_chained(log_, landed[-1], events[len(landed):], expect.scope,
+                         neutral=expect.neutral)  # fmt: skip
+    return True
 
 
 async def _taken(log_: EventLog, appended: Appended) -> bool:

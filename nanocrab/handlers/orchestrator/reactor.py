@@ -31,7 +31,12 @@ from nanocrab.agents import profile
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.replay import read
-from nanocrab.bus.runtime import append_chained, append_reaction, pipelinable, stamp
+from nanocrab.bus.runtime import (
+    append_chained,
+    append_decision_pipelined,
+    append_reaction,
+    stamp,
+)
 from nanocrab.events import (
     EVENT_TYPES,
     BusDeadLettered,
@@ -211,14 +216,11 @@ class Orchestrator:
         first, *rest = stamp(self.name, task, reaction.events)
         expect = reaction.expect
         try:
-            if expect is not None and rest and pipelinable(self.log, [first, *rest]):
-                # one round trip for the start and the first model call, when nothing came
-                # between them; else what did not land goes the careful way below
-                landed = await self.log.append_pipelined([first, *rest], expect)
-                if landed:
-                    await append_chained(self.log, landed[-1], rest[len(landed) - 1:],
-                                         expect.scope, neutral=expect.neutral)  # fmt: skip
-                    return
+            # one round trip for the start and the first model call, when nothing came between
+            if expect is not None and await append_decision_pipelined(
+                self.log, [first, *rest], expect
+            ):
+                return
             appended = await self.log.append(first, expect=reaction.expect)
             if appended.duplicate:
                 stored = await self.log.get(appended.seq)

@@ -328,5 +328,5 @@ if __name__ == "__main__":
     parser.add_argument("--pg", help="a PostgreSQL URL (default: a scratch database on localhost)")
     parser.add_argument("--no-pg", action="store_true")
     parser.add_argument("--skip-search", action="store_true")
-    parser.add_argument("--backend", default="auto", choices=["auto", "onnx", "numpy"])
+    parser.add_argument("--backend", default="auto", choices=["auto", "onnx-int8", "onnx", "numpy"])
     asyncio.run(main(parser.parse_args()))

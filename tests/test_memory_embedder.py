@@ -20,11 +20,12 @@ from nanocrab.memory.embedder import content_key
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 
 
-@pytest.fixture(scope="module", params=["onnx", "numpy"])
+@pytest.fixture(scope="module", params=["onnx-int8", "onnx", "numpy"])
 def model(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> MiniLMEmbedder:
-    """Both forward passes: onnxruntime (the default) and the numpy fallback."""
+    """Every forward pass: onnxruntime with int8 weights (the default) and in float32, and the
+    numpy fallback."""
     cache = tmp_path_factory.mktemp("onnx-cache")
     embedder = MiniLMEmbedder(backend=request.param, cache_dir=cache)
     assert embedder.backend == request.param
@@ -44,7 +45,12 @@ def test_matches_the_reference_implementation(model: MiniLMEmbedder) -> None:
     got = model.embed(texts)
     assert got.shape == (len(texts), 384) and got.dtype == np.float32
     cosine = (got * expected).sum(axis=1) / np.linalg.norm(expected, axis=1)
-    assert cosine.min() >= 0.999, dict(zip(texts, cosine.tolist(), strict=True))
+    if model.backend == "onnx-int8":
+        # quantised weights and activations: close to the reference, not equal (measured
+        # 0.980 at worst, 0.991 on average; recall@5 and routing unchanged, bench/)
+        assert cosine.min() >= 0.97 and cosine.mean() >= 0.985, cosine.tolist()
+    else:
+        assert cosine.min() >= 0.999, dict(zip(texts, cosine.tolist(), strict=True))
 
 
 def test_one_at_a_time_equals_batched(model: MiniLMEmbedder) -> None:
@@ -72,17 +78,31 @@ def test_nothing_to_embed(model: MiniLMEmbedder) -> None:
     assert model.model_id == "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def test_the_onnx_graph_is_built_once_and_cached(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["onnx-int8", "onnx"])
+def test_the_onnx_graph_is_built_once_and_cached(tmp_path: Path, backend: str) -> None:
     """The first load writes the graph into the cache (content-addressed by the weights), a
     second load reuses that file, and both give the same vectors."""
-    first = MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
+    first = MiniLMEmbedder(backend=backend, cache_dir=tmp_path)
     files = list(tmp_path.glob("minilm-*.onnx"))
-    assert len(files) == 1
+    assert len(files) == 1 and files[0].name.endswith("-int8.onnx") == (backend == "onnx-int8")
     stamp = files[0].stat().st_mtime_ns
-    second = MiniLMEmbedder(backend="onnx", cache_dir=tmp_path)
+    second = MiniLMEmbedder(backend=backend, cache_dir=tmp_path)
     assert files[0].stat().st_mtime_ns == stamp and len(list(tmp_path.glob("*.onnx"))) == 1
     text = ["recall the deployment checklist"]
     assert np.array_equal(first.embed(text), second.embed(text))
+
+
+def test_the_default_is_int8_and_a_text_s_vector_does_not_depend_on_its_batch(
+    tmp_path: Path,
+) -> None:
+    """int8 activations are scaled per run: each text runs alone, so its vector is the same
+    whatever it is embedded with (the memory store and the embedding cache rely on it)."""
+    model = MiniLMEmbedder(cache_dir=tmp_path)
+    assert model.backend == "onnx-int8"
+    short, long_ = "ok", "a much longer text about deployment checklists " * 20
+    alone = model.embed([short])
+    together = model.embed([long_, short, "and a third one"])
+    assert np.array_equal(alone[0], together[1])
 
 
 def test_the_cache_key_is_hashed_once_per_version_of_the_weights(

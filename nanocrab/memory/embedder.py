@@ -8,13 +8,15 @@ Nothing is downloaded at run time.
 ``tokenizers`` does the WordPiece; the forward pass runs on onnxruntime when it imports (the
 default backend): the ONNX graph is built from the safetensors weights by
 :mod:`nanocrab.memory.onnx_minilm` and cached on disk, since no package ships an export and
-making one takes torch. One short text takes ~3 ms there against ~12-18 ms in the numpy
-forward pass kept here as the fallback (``backend="numpy"``, or onnxruntime missing): numpy
-pays Python and temporaries per operator, onnxruntime fuses LayerNorm, GELU and the attention
-into single kernels (bench/memory_eval.py). Both reproduce sentence-transformers' output
-(mean pooling over the attention mask, then L2 normalisation; inputs truncated to 256 tokens)
-to cosine >= 0.99999, asserted >= 0.999 against reference vectors computed with torch
-(``tests/test_memory_embedder.py``, ``bench/memory_reference.py``).
+making one takes torch. By default the graph's weight matrices are int8 (``onnx-int8``: 10 MB
+of weights stay in the CPU's cache where 42 MB of float32 streamed from memory): one short
+text takes ~2 ms against ~5.7 ms in float32 (``onnx``) and ~12-18 ms in the numpy forward
+pass kept here as the fallback (``backend="numpy"``, or onnxruntime missing). The float32
+passes reproduce sentence-transformers' output (mean pooling over the attention mask, then L2
+normalisation; inputs truncated to 256 tokens) to cosine >= 0.99999, asserted >= 0.999
+against reference vectors computed with torch (``tests/test_memory_embedder.py``,
+``bench/memory_reference.py``); int8 to cosine >= 0.97 (0.991 on average), with recall,
+routing and the guardrails' head measured unchanged (docs/memory.md).
 
 Embedding is CPU-bound and synchronous: async callers run it with ``asyncio.to_thread``.
 """
@@ -171,21 +173,26 @@ def _t(m: Vectors) -> Vectors:
 
 _TOKENS_PER_BATCH = 2048
 
-Backend = Literal["onnx", "numpy"]
+Backend = Literal["onnx-int8", "onnx", "numpy"]
+_AUTO: Backend = "onnx-int8"
 
 
 def _choose_backend(requested: str | None) -> Backend:
     """``requested``, else ``$NANOCRAB_EMBED_BACKEND``, else ``auto``: onnxruntime when it
-    imports, numpy otherwise. Asking for ``onnx`` without onnxruntime is an error."""
+    imports (:data:`_AUTO`), numpy otherwise. Asking for an onnx backend without onnxruntime
+    is an error."""
     choice = requested or os.environ.get("NANOCRAB_EMBED_BACKEND") or "auto"
     if choice == "numpy":
         return "numpy"
-    if choice not in ("auto", "onnx"):
-        raise NanocrabMemoryError(f"embedding backend {choice!r}: use auto, onnx or numpy")
+    if choice not in ("auto", "onnx", "onnx-int8"):
+        raise NanocrabMemoryError(
+            f"embedding backend {choice!r}: use auto, onnx-int8, onnx or numpy"
+        )
     if onnx_minilm.ort_available():
-        return "onnx"
-    if choice == "onnx":
-        raise NanocrabMemoryError("embedding backend 'onnx' asked for, onnxruntime not importable")
+        return _AUTO if choice == "auto" else "onnx" if choice == "onnx" else "onnx-int8"
+    if choice != "auto":
+        raise NanocrabMemoryError(f"embedding backend {choice!r} asked for, onnxruntime not "
+                                  "importable")  # fmt: skip
     return "numpy"
 
 
@@ -195,7 +202,8 @@ class MiniLMEmbedder:
 
     Texts are sorted by token count and embedded in batches of at most ``batch_size`` texts and
     ``_TOKENS_PER_BATCH`` padded tokens (padding is wasted work; one long text padded a whole
-    batch of short ones to 256 tokens: 35 s for 20 texts). Inputs longer than ``max_tokens``
+    batch of short ones to 256 tokens: 35 s for 20 texts); one text per batch on ``onnx-int8``,
+    whose activation scales would otherwise depend on the batch. Inputs longer than ``max_tokens``
     word pieces are truncated, as the reference does. ``blas_threads``: see
     :func:`limit_blas_threads` (``None`` leaves BLAS alone); onnxruntime runs on
     ``onnx_threads`` threads. Loading takes ~0.15 s (90 MB of weights, memory-mapped; the
@@ -227,7 +235,7 @@ class MiniLMEmbedder:
         try:
             config = json.loads((model_dir / "config.json").read_text())
             self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-            if self._backend == "onnx":
+            if self._backend != "numpy":
                 self._session = self._onnx_session(model_dir, cache_dir, onnx_threads, backend)
             weights: dict[str, Vectors] = (
                 {} if self._session else load_file(str(model_dir / "model.safetensors"))
@@ -238,7 +246,9 @@ class MiniLMEmbedder:
             ) from exc
         self._model_id = model_id
         self._max_tokens = min(max_tokens, int(config["max_position_embeddings"]))
-        self._batch_size = batch_size
+        # int8 activations are quantised with one scale per batch: one text per run keeps a
+        # text's vector independent of what it is embedded with (and pads nothing)
+        self._batch_size = 1 if self._backend == "onnx-int8" else batch_size
         self._tokenizer.enable_truncation(max_length=self._max_tokens)
         self._pad_id = int(config.get("pad_token_id", 0))
         self._tokenizer.no_padding()  # tokenizer.json pads to 128: we pad per batch instead
@@ -271,10 +281,11 @@ class MiniLMEmbedder:
         """The onnxruntime session; ``None`` (numpy then runs) when it cannot be made and
         onnx was not asked for explicitly."""
         try:
-            model = onnx_minilm.cached_model(model_dir, cache_dir)
+            model = onnx_minilm.cached_model(model_dir, cache_dir,
+                                             int8=self._backend == "onnx-int8")  # fmt: skip
             return onnx_minilm.open_session(model, threads)
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
-            if (requested or os.environ.get("NANOCRAB_EMBED_BACKEND")) == "onnx":
+            if (requested or os.environ.get("NANOCRAB_EMBED_BACKEND") or "auto") != "auto":
                 raise
             log.warning("onnxruntime cannot run the embedding model (%s): numpy instead", exc)
             self._backend = "numpy"

@@ -115,7 +115,7 @@ def known_key(model_dir: Path, cache_dir: Path) -> str:
 # The few messages of onnx.proto the graph needs, in protobuf's wire format (field numbers from
 # onnx.proto), so that building the graph needs no ``onnx`` package (31 MB installed).
 
-_FLOAT, _INT64 = 1, 7  # TensorProto.DataType
+_FLOAT, _INT8, _INT64 = 1, 3, 7  # TensorProto.DataType
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7  # AttributeProto.AttributeType
 
 
@@ -147,15 +147,18 @@ def _attribute(name: str, value: int | float | list[int]) -> bytes:
     return _len(1, name) + _int(3, value) + _int(20, _ATTR_INT)
 
 
-def _node(op: str, inputs: list[str], output: str, attrs: dict[str, Any]) -> bytes:
+def _node(op: str, inputs: list[str], output: str | list[str], attrs: dict[str, Any]) -> bytes:
+    outputs = [output] if isinstance(output, str) else output
     return b"".join(
-        [*(_len(1, i) for i in inputs), _len(2, output), _len(3, output), _len(4, op)]
+        [*(_len(1, i) for i in inputs), *(_len(2, o) for o in outputs), _len(3, outputs[0]),
+         _len(4, op)]
         + [_len(5, _attribute(k, v)) for k, v in attrs.items()]
     )
 
 
 def _tensor(name: str, value: npt.NDArray[Any]) -> bytes:
-    kind = {np.dtype(np.float32): _FLOAT, np.dtype(np.int64): _INT64}[value.dtype]
+    kind = {np.dtype(np.float32): _FLOAT, np.dtype(np.int64): _INT64,
+            np.dtype(np.int8): _INT8}[value.dtype]
     raw = np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<"), copy=False)
     dims = b"".join(_int(1, d) for d in value.shape)
     return dims + _int(2, kind) + _len(8, name) + _len(9, raw.tobytes())
@@ -167,7 +170,12 @@ def _value_info(name: str, kind: int, shape: list[int | str]) -> bytes:
     return _len(1, name) + _len(2, _len(1, tensor_type))
 
 
-def build_model(model_dir: Path) -> bytes:
+_QMAX = 63
+"""int8 weights use 7 bits (±63): on x86 CPUs without VNNI, onnxruntime's u8 by s8 kernels add
+pairs of products in 16 bits, which saturate with full-range weights."""
+
+
+def build_model(model_dir: Path, int8: bool = False) -> bytes:
     """The serialised ONNX model of the BERT encoder in ``model_dir`` with mean pooling.
 
     Inputs: ``input_ids`` int64 ``(n, length)``, ``attention_mask`` float32 ``(n, length)``
@@ -190,10 +198,27 @@ def build_model(model_dir: Path) -> bytes:
         nodes.append(_len(1, _node(op, inputs, output, attrs)))
         return output
 
+    quantized: dict[str, tuple[str, str, str]] = {}
+
     def linear(x: str, weight: str, out: str) -> str:  # x @ W.T + b, W as PyTorch's (out, in)
-        wt = const(f"{weight}.T", w[f"{weight}.weight"].T)
         b = const(f"{weight}.bias", w[f"{weight}.bias"])
-        return node("Add", [node("MatMul", [x, wt], f"{out}.mm"), b], out)
+        if not int8:
+            dense = const(f"{weight}.T", w[f"{weight}.weight"].T)
+            return node("Add", [node("MatMul", [x, dense], f"{out}.mm"), b], out)
+        if x not in quantized:
+            outs = [f"{x}.q", f"{x}.q_scale", f"{x}.q_zero"]
+            nodes.append(_len(1, _node("DynamicQuantizeLinear", [x], outs, {})))
+            quantized[x] = (outs[0], outs[1], outs[2])
+        xq, xs, xz = quantized[x]
+        wt = w[f"{weight}.weight"].T.astype(np.float32)
+        wscale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / _QMAX
+        wq = const(f"{weight}.Tq", np.clip(np.rint(wt / wscale), -_QMAX, _QMAX).astype(np.int8))
+        wz = const(f"{weight}.Tz", np.zeros(wt.shape[1], dtype=np.int8))
+        ws = const(f"{weight}.Ts", wscale.astype(np.float32))
+        acc = node("Cast", [node("MatMulInteger", [xq, wq, xz, wz], f"{out}.mmi")], f"{out}.mmf",
+                   to=_FLOAT)
+        scale = node("Mul", [xs, ws], f"{out}.mms")
+        return node("Add", [node("Mul", [acc, scale], f"{out}.mm"), b], out)
 
     def layer_norm(x: str, prefix: str, out: str) -> str:
         scale = const(f"{prefix}.weight", w[f"{prefix}.weight"])
@@ -271,14 +296,18 @@ def build_model(model_dir: Path) -> bytes:
     return _int(1, 8) + _len(2, "nanocrab") + _len(7, graph) + _len(8, opset)
 
 
-def cached_model(model_dir: Path, cache_dir: Path | None = None) -> Path | bytes:
+def cached_model(
+    model_dir: Path, cache_dir: Path | None = None, *, int8: bool = False
+) -> Path | bytes:
     """The model file in the cache (built and written on first use), or the model's bytes when
-    the cache directory cannot be written."""
+    the cache directory cannot be written. ``int8``: the graph of :func:`build_model` with
+    ``int8`` (its own file)."""
     cache_dir = cache_dir or default_cache_dir()
-    path = cache_dir / f"minilm-{known_key(model_dir, cache_dir)}.onnx"
+    suffix = "-int8" if int8 else ""
+    path = cache_dir / f"minilm-{known_key(model_dir, cache_dir)}{suffix}.onnx"
     if path.is_file():
         return path
-    data = build_model(model_dir)
+    data = build_model(model_dir, int8=int8)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".minilm-", suffix=".tmp")

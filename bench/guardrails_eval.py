@@ -27,7 +27,10 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
 - PII: recall per entity type (a labelled span is found when a finding of that type with
   score >= 0.6 overlaps it) and false positives on the negative samples;
 - latency of one ``check`` on a 4 KB text (p50/p99 wall clock, p50 CPU time — the CPU figure
-  is less disturbed by other processes on a loaded machine), per checkpoint.
+  is less disturbed by other processes on a loaded machine), per checkpoint: the same text
+  checked again and again (``repeat``: the learned layer's embeddings come from the cache),
+  and as a new text would be (``new``: the classifier's embedder uncached, so the windows it
+  reads are embedded every time — what a tool output the process has not seen costs).
 
 Usage: .venv/bin/python bench/guardrails_eval.py [--rounds 400] [--show-misses]
 (``--show-misses`` lists misclassified ``dev`` items only: the hold-out stays unseen.)
@@ -145,21 +148,29 @@ def latency(rounds: int) -> None:
     code = "".join(str(r["text"]) for r in rows if r["category"] == "code")[:4096]
     prose = "".join(str(r["text"]) for r in rows if r["category"] in ("email", "web"))[:4096]
     attack = "".join(str(r["text"]) for r in rows if r["category"] == "indirect")[:4096]
+    from nanocrab.guardrails import classifier as learned
+    from nanocrab.memory import MiniLMEmbedder
+
+    cached = learned.shared_classifier()
+    uncached = learned.InjectionClassifier(embedder=MiniLMEmbedder())
     print(f"## latency of check() on 4 KB ({rounds} rounds each)")
     for name, text in (("code", code), ("prose", prose), ("attacks", attack)):
         for cp in ("task_input", "tool_output", "reply"):
-            times, cpu = [], []
-            for _ in range(rounds):
-                t0, c0 = time.perf_counter(), time.process_time()
-                check(chain, cp, text, CheckContext())  # type: ignore[arg-type]
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-            times.sort()
-            p50 = statistics.median(times) * 1000
-            p99 = times[int(len(times) * 0.99) - 1] * 1000
-            cpu50 = statistics.median(cpu) * 1000
-            print(f"{name:8} {cp:12} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
-                  f"(cpu p50 {cpu50:5.2f} ms)")
+            for kind, classifier in (("repeat", cached), ("new", uncached)):
+                learned._shared = classifier  # what shared_classifier() answers
+                times, cpu = [], []
+                for _ in range(rounds):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    check(chain, cp, text, CheckContext())  # type: ignore[arg-type]
+                    times.append(time.perf_counter() - t0)
+                    cpu.append(time.process_time() - c0)
+                times.sort()
+                p50 = statistics.median(times) * 1000
+                p99 = times[int(len(times) * 0.99) - 1] * 1000
+                cpu50 = statistics.median(cpu) * 1000
+                print(f"{name:8} {cp:12} {kind:6} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  "
+                      f"(cpu p50 {cpu50:5.2f} ms)")
+    learned._shared = cached
 
 
 def main() -> None:

@@ -119,7 +119,9 @@ def main() -> None:
                         help="labelled splits to train on too (looked-at halves such as ext3a): "
                              "an attack's first window, every window of a benign text")
     args = parser.parse_args()
-    embedder = CachedEmbedder(MiniLMEmbedder(), disk_path=CACHE)
+    model = MiniLMEmbedder()  # vectors differ by backend (int8, float32): one cache each
+    cache = CACHE.with_name(f"{CACHE.stem}-{model.backend}.sqlite")
+    embedder = CachedEmbedder(model, disk_path=cache)
 
     items = [(t, 1, c) for c, t in trainset.attacks()] + [(t, 0, c) for c, t in trainset.benign()]
     learned = set(args.learn_from)

@@ -149,6 +149,27 @@ def test_without_onnxruntime_numpy_runs(monkeypatch: pytest.MonkeyPatch) -> None
     assert MiniLMEmbedder().backend == "numpy"
 
 
+def test_int8_that_cannot_run_falls_back_to_float32_unless_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CPU or onnxruntime build without int8 kernels: the float32 graph runs instead (not
+    the numpy pass, ~3x slower); asking for onnx-int8 explicitly raises."""
+    from nanocrab.memory import ModelNotFoundError, onnx_minilm
+
+    real = onnx_minilm.open_session
+
+    def no_int8(model: Path | bytes, threads: int = 1) -> onnx_minilm.OrtSession:
+        if isinstance(model, Path) and model.name.endswith("-int8.onnx"):
+            raise RuntimeError("MatMulInteger: not implemented")
+        return real(model, threads)
+
+    monkeypatch.setattr(onnx_minilm, "open_session", no_int8)
+    model = MiniLMEmbedder(cache_dir=tmp_path)
+    assert model.backend == "onnx" and model.embed(["falls back"]).shape == (1, 384)
+    with pytest.raises(ModelNotFoundError, match="MatMulInteger"):
+        MiniLMEmbedder(backend="onnx-int8", cache_dir=tmp_path)
+
+
 def test_a_failing_onnx_session_falls_back_unless_onnx_was_asked_for(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -278,8 +278,9 @@ class MiniLMEmbedder:
     def _onnx_session(
         self, model_dir: Path, cache_dir: Path | None, threads: int, requested: str | None
     ) -> onnx_minilm.OrtSession | None:
-        """The onnxruntime session; ``None`` (numpy then runs) when it cannot be made and
-        onnx was not asked for explicitly."""
+        """The onnxruntime session; unless a backend was asked for explicitly, int8 that cannot
+        run (a CPU or build without its kernels) falls back to float32, and float32 that
+        cannot to numpy (``None``)."""
         try:
             model = onnx_minilm.cached_model(model_dir, cache_dir,
                                              int8=self._backend == "onnx-int8")  # fmt: skip
@@ -287,13 +288,18 @@ class MiniLMEmbedder:
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             if (requested or os.environ.get("NANOCRAB_EMBED_BACKEND") or "auto") != "auto":
                 raise
+            if self._backend == "onnx-int8":
+                log.warning("onnxruntime cannot run the int8 embedding model (%s): float32 "
+                            "instead", exc)  # fmt: skip
+                self._backend = "onnx"
+                return self._onnx_session(model_dir, cache_dir, threads, requested)
             log.warning("onnxruntime cannot run the embedding model (%s): numpy instead", exc)
             self._backend = "numpy"
             return None
 
     @property
     def backend(self) -> Backend:
-        """Which forward pass runs: ``onnx`` (onnxruntime) or ``numpy``."""
+        """Which forward pass runs: ``onnx-int8`` or ``onnx`` (onnxruntime), or ``numpy``."""
         return self._backend
 
     def embed(self, texts: Sequence[str]) -> Vectors:

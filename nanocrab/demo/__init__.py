@@ -12,5 +12,6 @@ TASK = "The greeting in greet.py is wrong: make the tests pass, then tell me wha
 
 def make_workspace(target: Path) -> Path:
     """Copy the demo project into ``target`` (created) and return it."""
-    shutil.copytree(HERE / "workspace", target, dirs_exist_ok=True)
+    shutil.copytree(HERE / "workspace", target, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     return target

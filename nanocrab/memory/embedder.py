@@ -189,7 +189,9 @@ def _choose_backend(requested: str | None) -> Backend:
             f"embedding backend {choice!r}: use auto, onnx-int8, onnx or numpy"
         )
     if onnx_minilm.ort_available():
-        return _AUTO if choice == "auto" else "onnx" if choice == "onnx" else "onnx-int8"
+        if choice == "auto":
+            return _AUTO
+        return "onnx" if choice == "onnx" else "onnx-int8"
     if choice != "auto":
         raise NanocrabMemoryError(f"embedding backend {choice!r} asked for, onnxruntime not "
                                   "importable")  # fmt: skip

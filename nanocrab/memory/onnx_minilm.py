@@ -198,18 +198,20 @@ def build_model(model_dir: Path, int8: bool = False) -> bytes:
         nodes.append(_len(1, _node(op, inputs, output, attrs)))
         return output
 
-    quantized: dict[str, tuple[str, str, str]] = {}
+    quantized: dict[str, tuple[str, ...]] = {}  # an input -> its DynamicQuantizeLinear outputs
+
+    def quantize(x: str) -> tuple[str, ...]:  # (values, scale, zero point), once per input
+        if x not in quantized:
+            quantized[x] = (f"{x}.q", f"{x}.q_scale", f"{x}.q_zero")
+            nodes.append(_len(1, _node("DynamicQuantizeLinear", [x], list(quantized[x]), {})))
+        return quantized[x]
 
     def linear(x: str, weight: str, out: str) -> str:  # x @ W.T + b, W as PyTorch's (out, in)
         b = const(f"{weight}.bias", w[f"{weight}.bias"])
         if not int8:
             dense = const(f"{weight}.T", w[f"{weight}.weight"].T)
             return node("Add", [node("MatMul", [x, dense], f"{out}.mm"), b], out)
-        if x not in quantized:
-            outs = [f"{x}.q", f"{x}.q_scale", f"{x}.q_zero"]
-            nodes.append(_len(1, _node("DynamicQuantizeLinear", [x], outs, {})))
-            quantized[x] = (outs[0], outs[1], outs[2])
-        xq, xs, xz = quantized[x]
+        xq, xs, xz = quantize(x)  # Q, K and V share their input's
         wt = w[f"{weight}.weight"].T.astype(np.float32)
         wscale = np.maximum(np.abs(wt).max(axis=0), 1e-12) / _QMAX
         wq = const(f"{weight}.Tq", np.clip(np.rint(wt / wscale), -_QMAX, _QMAX).astype(np.int8))

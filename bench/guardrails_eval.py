@@ -20,7 +20,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   code, CI logs, READMEs — with mostly benign texts), ``ext7a`` / ``ext7b``, ``ext8a`` /
   ``ext8b`` and ``ext9a`` / ``ext9b`` (more such sets: CyberSecEval, WASP, LLMail-Inject and
   MCP tool-poisoning styles, everyday coding-agent tool output, publicly reported incidents;
-  docs/guardrails.md says which were measured unseen and which halves were looked at) and
+  docs/guardrails.md says which were measured unseen and which halves were looked at),
+  ``dojoa`` / ``dojob`` (injection_dojo.jsonl: AgentDojo's own tool outputs, clean and
+  injected, written by its code — ``bench/agentdojo_set.py``; ``dojob`` never looked at) and
   all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);

@@ -342,6 +342,7 @@ ANCHORS: dict[str, tuple[tuple[str, ...], ...]] = {
                       "terminate"),),
     "send_to_address": (("@",),),
     "todo_directive": (("todo:",),),
+    "todo_errand": (("todo:",),),
     "physical": (("unlock", "open", "disarm", "disable"),
                  ("door", "lock", "gate", "alarm", "security system", "camera")),
     "share_personal": (("send", "email", "share", "forward", "give", "post"),

@@ -213,8 +213,10 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("secret_words", "secret_mention", 0.2,
      r"(?:contraseña|mot de passe|passwort|password|пароль|密码|密碼|パスワード|비밀번호|senha|wachtwoord|hasło|system ?prompt|prompt del sistema|invite système|systemprompt|系统提示|системн\w+ (?:промпт|подсказк\w+|инструкци\w+))"),  # noqa: E501
     # -- exfiltration ------------------------------------------------------------------------
+    # the verb, not the noun: "please ignore this email ... reset your password: https://..."
+    # is every password-reset message
     ("exfiltration", "send_secret_to", 0.75,
-     rf"\b{_SEND}\b.{{0,60}}\b{_SECRET}\b.{{0,80}}(?:\bto\b|\binto\b|\bat\b|\bvia\b|->|:)\s*.{{0,40}}(?:https?://|www\.|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bendpoint\b|\bserver\b|\bthis (?:url|address|link|email)\b|\bthe following (?:url|address|email)\b|\bpastebin\b|\bgist\b|\bdiscord\b|\btelegram\b|\+\d[\d ().-]{6,}|\b(?:this|that|the following|my|our|the (?:phone|mobile) )\s?(?:phone |mobile )?number\b)"),  # noqa: E501
+     rf"(?<!this )(?<!that )(?<!the )(?<!an )(?<!a )(?<!your )(?<!my )(?<!our )(?<!their )(?<!his )(?<!her )\b{_SEND}\b.{{0,60}}\b{_SECRET}\b.{{0,80}}(?:\bto\b|\binto\b|\bat\b|\bvia\b|->|:)\s*.{{0,40}}(?:https?://|www\.|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bendpoint\b|\bserver\b|\bthis (?:url|address|link|email)\b|\bthe following (?:url|address|email)\b|\bpastebin\b|\bgist\b|\bdiscord\b|\btelegram\b|\+\d[\d ().-]{6,}|\b(?:this|that|the following|my|our|the (?:phone|mobile) )\s?(?:phone |mobile )?number\b)"),  # noqa: E501
     ("exfiltration", "secret_then_send", 0.55,
      rf"\b{_SECRET}\b{_STEP}{{0,80}}\b(?:and |then )?{_SEND}\b{_STEP}{{0,30}}\b(?:(?:them|it|the (?:file|export|list|data|results?|contents?|archive|dump))\b{_STEP}{{0,30}}|(?:this|those|these)\s+(?:over |along |on )?)(?:\bto\b|\bat\b|\bvia\b)"),  # noqa: E501
     ("exfiltration", "secret_into_answer", 0.6,
@@ -294,6 +296,13 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:email|send|forward|message|text|dm|share)\b.{0,80}\bto\s+['\"]?[\w.+-]+@[\w-]+\.[\w.]+"),
     ("urgency", "todo_directive", 0.3,
      r"\btodo:\s*(?:please |you (?:must|should) )?(?:send|email|forward|transfer|pay|delete|share|post|invite|update|change|grant|run|execute|visit|click|download|book|sell|buy|reply|create|add|remove)\b"),  # noqa: E501
+    # AgentDojo's "direct" attack, "TODO: <the attacker's goal>", planted in a review, a
+    # transaction's subject, a calendar entry: a to-do in running text or a data field, not in
+    # a code comment (``# TODO: paginate``), and for an errand rather than a change to code.
+    # Not enough alone (a person's notes say "TODO: book the venue"): with an action, a link
+    # or an address it is.
+    ("urgency", "todo_errand", 0.45,
+     r"(?<![#/*;%!-])(?<![#/*;%!-] )(?<!<!-- )\btodo:\s*(?:please |you (?:must|should|need to) )?(?:send|e-?mail|forward|transfer|wire|pay|delete|share|post|invite|grant|visit|click|download|book|reserve|make a (?:reservation|booking|payment|transfer|purchase)|sell|buy|get me|get all|tell me|give|concatenate|change the password|reset the password)\b"),  # noqa: E501
     ("action", "physical", 0.5,
      r"\b(?:unlock|open|disarm|disable)\b.{0,20}\b(?:the |my )?(?:front |back |garage |main )?(?:door|lock|gate|alarm|security system|camera)s?\b"),  # noqa: E501
     ("action", "share_personal", 0.5,

@@ -79,14 +79,15 @@ class Normalized:
 def normalize(text: str) -> Normalized:
     """Lower-case ``text``, drop invisible characters, fold compatibility forms (full-width,
     mathematical letters), decode tag characters and map look-alike letters in mixed-script
-    words, keeping the offset map."""
+    words, and read the escapes ``\\n``, ``\\r``, ``\\t`` as the white space they stand for,
+    keeping the offset map."""
     if text.isascii():
-        return Normalized(text.lower())
+        return Normalized(unescape_spaces(text.lower()))
     lowered = text.lower()
     if (len(lowered) == len(text) and unicodedata.is_normalized("NFKC", text)
             and not _INVISIBLE.search(text)):  # fmt: skip
         # no invisible or tag characters, nothing to fold: characters map one to one
-        return Normalized(_unmixed(lowered))
+        return Normalized(unescape_spaces(_unmixed(lowered)))
     out: list[str] = []
     source: list[int] = []
     pos = 0
@@ -108,7 +109,17 @@ def normalize(text: str) -> Normalized:
         pos = run.end()
     out.append(text[pos:].lower())
     source.extend(range(pos, len(text)))
-    return Normalized(_unmixed("".join(out)), tuple(source))
+    return Normalized(unescape_spaces(_unmixed("".join(out))), tuple(source))
+
+
+def unescape_spaces(text: str) -> str:
+    """``text`` with the escapes ``\\n``, ``\\r`` (as a space and a line break) and ``\\t``
+    (as two spaces), keeping its length: a tool that returns JSON or a Python ``repr`` escapes
+    its line breaks, and "...twist\\nIgnore your previous instructions" must read as two
+    lines, not as the word "nignore" (AgentDojo's travel tools return such text)."""
+    if "\\" not in text:
+        return text
+    return text.replace("\\n", " \n").replace("\\r", " \n").replace("\\t", "  ")
 
 
 def _unmixed(text: str) -> str:

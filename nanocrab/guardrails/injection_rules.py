@@ -450,6 +450,18 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:mandatory|required) (?:per|by) (?:our |the )?(?:security |compliance |company |it )?(?:policy|playbook|team)\b|\bper (?:our |the )?(?:incident(?: response)?|security|compliance) (?:playbook|policy|procedure|runbook)\b|\bskipping this (?:step )?will (?:cause|break|fail|result in)\b|\bfrom (?:the )?(?:ops|security|infra|it|devops) team\b"),  # noqa: E501
     ("coercion", "inline_shell", 0.45,
      r"\bpython3? -c ['\"][^'\"\n]*(?:os\.system|subprocess|os\.popen|__import__\(['\"]os)"),
+    # -- the vocabulary of jailbreak personas (PyRIT's templates, the "in the wild" prompts):
+    # an amoral, unfiltered character that never refuses, above the rules "set for it"
+    ("unbound", "amoral_persona", 0.45,
+     r"\b(?:amoral|unfiltered|uncensored|unrestricted)\b(?:,? (?:and |or )?(?:amoral|unfiltered|uncensored|unrestricted|unethical|immoral|evil)\b)*[^.\n]{0,20}?\b(?:ai|chatbot|bot|assistant|language model|character|persona|entity|version of (?:you|yourself|chatgpt|gpt))\b|\b(?:does not|doesn'?t|do not|don'?t|will not|won'?t|never|not) (?:have to |need to )?(?:abide by|obey|adhere to|comply with|care (?:about|for)|give a \w+ about|concern (?:itself|himself|herself|themselves) with)\b[^.\n]{0,30}?\b(?:ethic\w*|moral\w*|legality|legal\w*|laws?|the rules set for|(?:openai|anthropic|content|usage|safety)(?:'s)? (?:rules|polic\w+|guidelines))|\b(?:has|have) no (?:ethical|moral)|\b(?:does not|doesn'?t|do not|don'?t) have any (?:ethical|moral)\b"),  # noqa: E501
+    # the same, as a status line: "CONTENT_FILTER: DISABLED", "Standard content policies are
+    # suspended for this session", "ADMIN_OVERRIDE: TRUE"
+    ("override", "filters_off_status", 0.55,
+     r"\b(?:content|safety|ethics?|ethical|moderation)[ _-]?(?:filters?|filtering|polic(?:y|ies)|guidelines|restrictions|guardrails?|constraints)\s*(?:[:=]\s*(?:disabled|suspended|lifted|removed|bypassed|deactivated)\b|(?:are|is|have been|has been|were|was) (?:now |hereby |temporarily )?(?:disabled|suspended|lifted|removed|bypassed|deactivated) for (?:this|the rest of this|the duration of this) (?:session|conversation|chat|interaction|exercise|simulation)\b)"),  # noqa: E501
+    ("authority", "override_active", 0.5,
+     r"\b(?:admin|safety|system|ethics|content|emergency)[ _-]?override\s*(?:[:=]\s*(?:true|on|active|enabled|1|yes)|(?:is )?(?:active|enabled|engaged|activated|protocol|mode))\b"),  # noqa: E501
+    ("refusal", "never_refuses", 0.45,
+     r"\b(?:never|not ever|will not|won'?t) (?:refuses?|decline|declines|say no|says no|reject)\b|\bnever (?:say|says|tell|tells) (?:the user )?(?:that )?(?:it|he|she|they|you) (?:can(?:no|')t|cannot|is unable|are unable)\b|\b(?:without|no|any) (?:(?:warnings?|caveats) (?:or|and|/) )?disclaimers?\b"),  # noqa: E501
     ("override", "ignore_part_of_text", 0.45,
      r"\bignore (?:all|any|every) [a-z -]{0,30}\b(?:in|from|of) (?:the|this) (?:text|document|resume|cv|data|report|page|file|content|application|profile|record)\b"),  # noqa: E501
 )

@@ -228,10 +228,17 @@ async def test_health_and_openapi(gw: Gateway) -> None:
 
 
 async def test_a_task_submitted_over_http_is_followed_live_over_sse(gw: Gateway) -> None:
+    """The feed opened while the run is live (it waits for a person: a one-turn run can end
+    before any client connects, and a feed opened after the end carries no deltas) has every
+    log event once, in order, and the model's text deltas of both turns."""
     async with gw.client("alice") as c:
-        run_id = await submit(c, "hello over http")
-        events = await sse_events(c, f"/v1/runs/{run_id}/events")
-        state = await run_state(c, run_id)
+        run_id = await submit(c, "please write a note over http")
+        pending = await pending_approval(c, run_id)
+        following = asyncio.create_task(sse_events(c, f"/v1/runs/{run_id}/events"))
+        ok = await c.post(f"/v1/approvals/{pending['approval_id']}/approve")
+        assert ok.status_code == 200, ok.text
+        events = await asyncio.wait_for(following, timeout=60)
+        state = await until_status(c, run_id, "completed")  # the projection, after the log
     types = [e["event"] for e in events]
     assert types[0] == "task.submitted" and types[-1] == "run.completed"
     assert "llm.delta" in types, "model text deltas are part of the live feed"
@@ -242,11 +249,16 @@ async def test_a_task_submitted_over_http_is_followed_live_over_sse(gw: Gateway)
     assert all(e["data"]["runid"] == run_id for e in log_events)
     assert events[0]["data"]["tenant"] == "default" and events[0]["data"]["source"] == "gateway"
     deltas = "".join(e["data"]["data"]["text"] for e in events if e["event"] == "llm.delta")
-    assert "I received your task: hello over http" in deltas
+    assert "Writing the note you asked for" in deltas, "the first turn's, sent before the feed"
+    assert "Wrote note.txt." in deltas
     assert state["status"] == "completed"
-    assert "hello over http" in state["reply"]
-    assert state["usage"]["turns"] == 1 and state["usage"]["output_tokens"] > 0
-    assert [t["seq"] for t in state["timeline"]] == seqs, "the same events as the feed"
+    assert state["reply"] == "Wrote note.txt."
+    assert state["usage"]["turns"] == 2 and state["usage"]["output_tokens"] > 0
+    # the same events as the feed, which ends at run.completed (the run's grant is revoked
+    # after it: a later event of the run's timeline)
+    timeline = state["timeline"]
+    assert [t["seq"] for t in timeline if t["seq"] <= seqs[-1]] == seqs
+    assert {t["type"] for t in timeline if t["seq"] > seqs[-1]} <= {"grant.revoked"}
 
 
 async def test_the_feed_resumes_from_a_position_without_gaps_or_repeats(gw: Gateway) -> None:

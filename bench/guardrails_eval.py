@@ -32,7 +32,9 @@ Prints, for the bundled default chain (nanocrab/guardrails/default.yaml):
   threshold sweep of the injection detector alone (heuristics and the learned layer;
   ``--heuristics-only`` to compare);
 - PII: recall per entity type (a labelled span is found when a finding of that type with
-  score >= 0.6 overlaps it) and false positives on the negative samples;
+  score >= 0.6 overlaps it) and false positives on the negative samples, per split: ``dev`` /
+  ``holdout`` (pii.jsonl, ours) and ``faker`` (pii_faker.jsonl: presidio-evaluator's templates
+  filled by Faker in seven locales, ``bench/pii_faker_set.py``);
 - latency of one ``check`` on a 4 KB text (p50/p99 wall clock, p50 CPU time — the CPU figure
   is less disturbed by other processes on a loaded machine), per checkpoint: the same text
   checked again and again (``repeat``: the learned layer's embeddings come from the cache),
@@ -120,7 +122,7 @@ def injection(show_misses: bool) -> None:
 
 
 def pii(show_misses: bool) -> None:
-    rows = _load("pii.jsonl")
+    rows = [row for path in sorted(DATA.glob("pii*.jsonl")) for row in _load(path.name)]
     found: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     negatives = [0, 0]
     for row in rows:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("wheel", type=Path, help="presidio-evaluator's wheel")
     args = parser.parse_args()
+    if os.environ.get("PYTHONHASHSEED") != "0":  # a few of Faker's providers draw from sets
+        os.execve(sys.executable, [sys.executable, *sys.argv],
+                  {**os.environ, "PYTHONHASHSEED": "0"})  # fmt: skip
     with zipfile.ZipFile(args.wheel) as wheel:
         lines = wheel.read(TEMPLATES).decode("utf-8", "replace").splitlines()
     # one template per line, its line breaks written as the escape \n (presidio-evaluator

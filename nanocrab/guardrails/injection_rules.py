@@ -167,9 +167,10 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:system (?:override|update|upgrade|notice|instructions? (?:update|override|change))|you have been given a (?:system )?(?:upgrade|update)|the situation has changed|admin(?:istrator)? (?:override|mode|access|command|privileges)|developer mode|debug mode (?:enabled|activated|on)|maintenance mode|sudo mode|god mode|root access granted|safety (?:mode|filters?) (?:off|disabled|deactivated))\b"),  # noqa: E501
     # a forged end of the input, as a marker: on a line of its own or in brackets or rules
     # ("--- END OF DOCUMENT ---", "[end of input]", "<end of session>"); in a sentence ("sign at
-    # the end of the document", "tar: Unexpected end of file") it is ordinary text
+    # the end of the document", "tar: Unexpected end of file") it is ordinary text (the marker
+    # is checked by look-behinds after the literal "end": ``re`` then skips to each "end")
     ("impersonation", "end_of_input", 0.55,
-     r"(?:(?:^|\n)[ \t]*[-=#*_~<\[(>|\"'.]*[ \t]*|[-=#*_~<\[(|]+[ \t]*)end of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions|session)\b|\b(?:(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
+     r"end(?:(?<=^end)|(?<=[\n\-=#*_~<\[(>|]end)|(?<=[\n\-=#*_~<\[(>|][ \t]end)|(?<=[\n\-=#*_~<\[(>|][ \t]{2}end)|(?<=^[ \t]end)|(?<=^[ \t]{2}end)) of (?:the )?(?:user(?:'s)? )?(?:input|document|context|data|email|text|file|prompt|message|conversation|instructions|session)\b|\b(?:(?:user|system) (?:input|prompt|instructions?) (?:ends?|ended|is over|complete)|ignore the (?:text|content|data) (?:above|below))\b"),  # noqa: E501
     # a transcript forged inside data: a tool call and its result the agent never made
     # ("</file_contents>\n<tool_call name=\"run_shell\">{...}</tool_call>")
     ("impersonation", "forged_tool_call", 0.6,
@@ -216,10 +217,11 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("secret_words", "secret_mention", 0.2,
      r"(?:contraseña|mot de passe|passwort|password|пароль|密码|密碼|パスワード|비밀번호|senha|wachtwoord|hasło|system ?prompt|prompt del sistema|invite système|systemprompt|系统提示|системн\w+ (?:промпт|подсказк\w+|инструкци\w+))"),  # noqa: E501
     # -- exfiltration ------------------------------------------------------------------------
-    # the verb, not the noun: "please ignore this email ... reset your password: https://..."
-    # is every password-reset message
+    # the verb, not the noun ending its sentence: "please ignore this email. Otherwise, click
+    # ... to reset your password: https://..." is every password-reset message (checked after
+    # the verb: a look-behind before it made re try every position, +0.09 ms per 4 KB)
     ("exfiltration", "send_secret_to", 0.75,
-     rf"(?<!this )(?<!that )(?<!the )(?<!an )(?<!a )(?<!your )(?<!my )(?<!our )(?<!their )(?<!his )(?<!her )\b{_SEND}\b.{{0,60}}\b{_SECRET}\b.{{0,80}}(?:\bto\b|\binto\b|\bat\b|\bvia\b|->|:)\s*.{{0,40}}(?:https?://|www\.|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bendpoint\b|\bserver\b|\bthis (?:url|address|link|email)\b|\bthe following (?:url|address|email)\b|\bpastebin\b|\bgist\b|\bdiscord\b|\btelegram\b|\+\d[\d ().-]{6,}|\b(?:this|that|the following|my|our|the (?:phone|mobile) )\s?(?:phone |mobile )?number\b)"),  # noqa: E501
+     rf"\b{_SEND}\b(?![.,;:!?]).{{0,60}}\b{_SECRET}\b.{{0,80}}(?:\bto\b|\binto\b|\bat\b|\bvia\b|->|:)\s*.{{0,40}}(?:https?://|www\.|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bendpoint\b|\bserver\b|\bthis (?:url|address|link|email)\b|\bthe following (?:url|address|email)\b|\bpastebin\b|\bgist\b|\bdiscord\b|\btelegram\b|\+\d[\d ().-]{6,}|\b(?:this|that|the following|my|our|the (?:phone|mobile) )\s?(?:phone |mobile )?number\b)"),  # noqa: E501
     ("exfiltration", "secret_then_send", 0.55,
      rf"\b{_SECRET}\b{_STEP}{{0,80}}\b(?:and |then )?{_SEND}\b{_STEP}{{0,30}}\b(?:(?:them|it|the (?:file|export|list|data|results?|contents?|archive|dump))\b{_STEP}{{0,30}}|(?:this|those|these)\s+(?:over |along |on )?)(?:\bto\b|\bat\b|\bvia\b)"),  # noqa: E501
     ("exfiltration", "secret_into_answer", 0.6,
@@ -427,7 +429,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("override", "focus_only_on", 0.55,
      r"\bfocus (?:only|exclusively|solely|just) on\b[^\n.]{0,60}?\b(?:and |then )(?:provide|print|say|output|report|repeat|tell|give|return|reply|respond|present|show)\b|\bfocus (?:only|exclusively|solely) on (?:the )?(?:following|information|text|content|data|instructions?) (?:in|between|inside|within|below)\b"),  # noqa: E501
     ("impersonation", "system_says", 0.45,
-     r"(?:^|\n|[\[(:]\s?|\s)system\s*:\s*(?:focus|ignore|disregard|forget|you\b|your\b|the (?:assistant|ai|model)|from now|print|say|respond|reply|output|do not|don'?t|always|never|override|this is (?:really |very |extremely )?important|report|repeat)"),  # noqa: E501
+     r"(?:^|\n|[\[(:]\s?|\s)system ?:\s*(?:focus|ignore|disregard|forget|you\b|your\b|the (?:assistant|ai|model)|from now|print|say|respond|reply|output|do not|don'?t|always|never|override|this is (?:really |very |extremely )?important|report|repeat)"),  # noqa: E501
     ("impersonation", "admin_request", 0.55,
      r"\[\s*(?:admin|administrator|system|developer|root|operator)[ _-]?(?:request|instruction|command|message|override|note|directive)s?\s*(?:::?|\]|-)"),  # noqa: E501
     # a transcript planted in a document: the assistant's turn, then the user's new request
@@ -443,7 +445,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     # command that shows a secret, a precondition hooked on the agent's change, a policy that
     # makes it mandatory; each weak alone (setup steps are what READMEs are made of)
     ("exfiltration", "secret_readout", 0.45,
-     r"\bprint\(\s*open\(\s*['\"][^'\"\n]*(?:\.env|id_rsa|credentials|\.netrc|\.pypirc|\.npmrc|secrets?\.\w+)['\"]\s*\)\.read\(\)|\b(?:env|printenv|set|export -p)\s*\|\s*(?:sort|tee|cat|grep)\b|\becho\s+['\"]?\$\{?[a-z_]*(?:secret|token|api_?key|password|passwd|private_key|access_key)[a-z_]*\}?['\"]?\s*(?:$|[`)\n;&>])"),  # noqa: E501
+     r"\bprint\(\s*open\(\s*['\"][^'\"\n]*(?:\.env|id_rsa|credentials|\.netrc|\.pypirc|\.npmrc|secrets?\.\w+)['\"]\s*\)\.read\(\)|\b(?:env|printenv|set|export -p) ?\| ?(?:sort|tee|cat|grep)\b|\becho ['\"]?\$\{?[a-z_]*(?:secret|token|api_?key|password|passwd|private_key|access_key)[a-z_]*\}?['\"]?\s*(?:$|[`)\n;&>])"),  # noqa: E501
     ("precondition", "before_change_run", 0.3,
      r"\bbefore (?:you )?(?:patch|patching|modify|modifying|change|changing|edit|editing|touch|touching|fix|fixing|making (?:any )?changes|working on|refactoring)\b[^.\n]{0,60}?[,:]?\s*(?:please |you must |you need to |first |always )?(?:run|install|execute|verify|capture|set up|source|download|pip install|npm install|echo|curl)\b"),  # noqa: E501
     ("authority", "policy_mandate", 0.3,

@@ -159,7 +159,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("impersonation", "system_tag", 0.55,
      r"<\s*/?\s*(?:system|system_?prompt|instructions?|important|information|admin|developer|sudo|override|user_?instructions?|hidden|secret)\s*>"),
     ("impersonation", "system_header", 0.5,
-     r"(?:^|\n|\s)(?:#{1,6}[ \t]*\(?(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))\)?[ \t]*(?:\*\*|\]|\)|==+|--+|:)|\*\*[ \t]*\(?(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))\)?[ \t]*:?[ \t]*\*\*|\*\*[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:|\[[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*[\]:]|\([ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*[):]|==+[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:?[ \t]*==+|--+[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:?[ \t]*--+)"),  # noqa: E501
+     r"(?:^|\n|\s)(?:#{1,6}[ \t]*\(?(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))\)?[ \t]*(?:\*\*|\]|\)|==+|--+|:)|\*\*[ \t]*\(?(?:system|admin|administrator|developer|root|sudo|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))\)?[ \t]*:?[ \t]*\*\*|\*\*[ \t]*(?:system|admin|administrator|developer|root|sudo|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:|\[[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*[\]:]|\([ \t]*(?:system|admin|administrator|root|sudo|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*[):]|==+[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:?[ \t]*==+|--+[ \t]*(?:system|admin|administrator|developer|root|sudo|important|instructions?|new instructions?|system[ _](?:message|prompt|override|update|notice|alert|instruction)s?|security (?:update|alert|notice))[ \t]*:?[ \t]*--+)"),  # noqa: E501
     ("impersonation", "paren_header", 0.6,
      r"#{1,6}\s*\(\s*(?:system|admin|administrator|developer|root|instructions?|important)"
      r"[\w -]*\)"),
@@ -175,8 +175,11 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     # ("</file_contents>\n<tool_call name=\"run_shell\">{...}</tool_call>")
     ("impersonation", "forged_tool_call", 0.6,
      r"<\s*(?:tool_call|function_call|tool_use|invoke)\b[^>\n]{0,80}>\s*\{[^\n]{0,300}\}\s*<\s*/\s*(?:tool_call|function_call|tool_use|invoke)\s*>"),
+    # a rule line then a role or a boundary word; after a markdown heading's "###" only a
+    # boundary of the prompt itself ("### New Features", "### User guide", "### End-to-end
+    # tests" are how changelogs and docs are written)
     ("impersonation", "fake_boundary", 0.45,
-     r"(?:^|\n)\s*(?:-{3,}|={3,}|#{3,}|%{3,}|\*{3,}|~{3,})\s*(?:end|begin|start|new|system|admin|instructions?|prompt|user|assistant)\b"),
+     r"(?:^|\n)\s*(?:-{3,}|={3,}|%{3,}|\*{3,}|~{3,})\s*(?:end(?!-)|begin|start|new (?:instructions?|rules?|system|prompt|task|conversation|session)|system|admin|instructions?|prompt|user|assistant)\b|(?:^|\n)\s*#{3,}\s*(?:(?:end|begin|start)(?: of)? (?:the )?(?:instructions?|input|prompt|system|conversation|user (?:input|message))|system (?:prompt|message|instructions?|override)|admin(?:istrator)? (?:instructions?|override|message)|new instructions?)\b"),  # noqa: E501
     # -- role-play / jailbreak ----------------------------------------------------------------
     ("roleplay", "you_are_now", 0.5,
      r"\b(?:you are|you're) (?:now (?!ready|able|set|done|all set|logged|connected|in |on |using|running|subscribed|registered|signed|part|a member|an? (?:admin|owner|member|contributor|collaborator|maintainer))|no longer|not (?:an? )?(?:ai|assistant|language model) anymore|from now on|going to (?:act|pretend|play|be))"),  # noqa: E501
@@ -232,13 +235,16 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:upload|send|copy|transfer|exfiltrate|post|sync|export)\b.{0,30}\b(?:database|db|backup|dump|customer data|user data|records|files|documents|inbox|mailbox)\b.{0,40}\b(?:to|into)\b.{0,20}(?:ftp|sftp|scp|https?)://"),  # noqa: E501
     ("exfiltration", "upload_to_url", 0.4,
      r"\b(?:upload|send|post|transfer|copy|sync|exfiltrate|push)\b.{0,50}\b(?:to|into)\s+(?:ftp|sftp|scp|rsync|https?)://"),
-    ("exfiltration", "md_image_query", 0.45, r"!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*\?[^)\s]*="),
+    # not a status badge (every README's "![CI](https://github.com/o/r/actions/workflows/ci.yml
+    # /badge.svg?branch=main)", shields.io, Azure build status)
+    ("exfiltration", "md_image_query", 0.45,
+     r"!\[[^\]]{0,80}\]\(\s*https?://(?![^)\s?]*(?:badge|shields\.io|badgen\.net|/_apis/build/status|codecov\.io|coveralls\.io|pepy\.tech|readthedocs\.org))[^)\s]*\?[^)\s]*="),
     ("exfiltration", "md_beacon", 0.65,
      r"!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*(?:\?|&)[^)\s]*=(?:[^)\s]*(?:\{|\[|%7b|<|\$)|(?:\.{0,3}|x{1,3}|\*{1,3}|data|value|secret|\.\.\.)\))|!\[[^\]]{0,80}\]\(\s*https?://[^)\s]*(?:\{|%7b|\[)[^)\s]*\)"),
     ("exfiltration", "url_with_data", 0.5,
      r"https?://[^\s)\"']*[?&](?:data|d|q|secret|key|token|pw|password|c|cookie|leak|info|payload|msg|content|text|conv|chat|history)=(?:\{|\[|<|%7b|\$\{|your|the|user|\(\w)"),
     ("exfiltration", "render_image", 0.45,
-     r"\b(?:render|display|show|embed|include|output|print)\b.{0,30}\b(?:image|img|markdown|picture|pixel|link)\b.{0,60}(?:https?://|!\[)"),
+     r"\b(?:render|display|show|embed|include|output|print)\b(?<!following output)(?<!the output)(?<!following display).{0,30}\b(?:image|img|markdown|picture|pixel|link)\b.{0,60}(?:https?://|!\[)"),  # noqa: E501
     ("exfiltration", "conversation_to_url", 0.6,
      rf"\b{_SEND}\b.{{0,40}}\b(?:the |this |our |entire |whole |full )*(?:conversation|chat (?:history|log)|previous messages|user'?s? (?:data|messages|files|emails|documents|information|history|details)|all (?:files|emails|messages|documents|contacts|data))\b.{{0,60}}(?:https?://|[\w.+-]+@[\w-]+\.|\bwebhook\b|\bserver\b|\bendpoint\b)"),  # noqa: E501
     # a URL template the reader is to fill with the user's data: "...?name={user_full_name}"
@@ -248,7 +254,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
      r"\b(?:disable|turn off|switch off|deactivate|remove|bypass|lift|drop|suspend)\b.{0,15}\b(?:your (?:content |safety |moderation |output )?(?:filters?|guardrails?|restrictions|safety (?:rules|checks|features|settings)|censorship)|(?:the|all|any) (?:content|safety|moderation) (?:filters?|checks|rules|restrictions))\b"),  # noqa: E501
     # -- tool-call coercion ------------------------------------------------------------------
     ("coercion", "call_tool", 0.45,
-     r"\b(?:call|use|using|invoke|run|execute|trigger|activate) (?:the |your |a )?[`'\"]?[\w.]+[`'\"]? (?:tool|function|plugin|api|action|command)\b.{0,60}\b(?:with|to|and|passing|argument|parameter)s?\b"),  # noqa: E501
+     r"\b(?:call|invoke|trigger|activate) (?:the |your |a )?[`'\"]?[\w.]+[`'\"]? (?:tool|function|plugin|api|action|command)\b.{0,60}\b(?:with|to|and|passing|argument|parameter)s?\b|\b(?:use|using|run|execute) (?:the |your |a )?(?!(?:following|above|below|same|this|that|next|previous|first|last|latest|new|default|standard|main)\b)[`'\"]?[\w.]+[`'\"]? (?:tool|function|plugin|action)\b.{0,60}\b(?:with|to|and|passing|argument|parameter)s?\b"),  # noqa: E501
     ("coercion", "pipe_to_shell", 0.35,
      r"(?:\bcurl\b|\bwget\b)[^\n|]{0,200}\|\s*(?:sudo )?(?:ba|z|da)?sh\b|\b(?:iwr|irm|invoke-webrequest|invoke-restmethod)\b[^\n|]{0,200}\|\s*(?:iex|invoke-expression)\b"),  # noqa: E501
     ("coercion", "run_payload", 0.55,
@@ -284,7 +290,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("answer", "answer_style", 0.35,
      r"\b(?:respond|answer|reply|write (?:your|the) (?:answer|response|reply))\b.{0,20}\b(?:only )?(?:in|with|using|as) (?:french|spanish|german|chinese|russian|base ?64|hex|emojis?|all caps|uppercase|pig latin|a poem|rhymes|json|morse|leetspeak|reverse)\b|\b(?:translate|encode|convert) (?:your|the|every|each) (?:response|answer|reply|output)s? (?:in|into|to)\b|\b(?:answer|respond|reply|write)\b.{0,30}\bin the (?:style|voice|tone|manner) of\b"),  # noqa: E501
     ("obfuscation", "encode_output", 0.45,
-     r"\b(?:encode|encrypt|convert|write|output|spell|give)\b.{0,20}\b(?:it|them|the (?:answer|response|output|password|secret|key|word)|your (?:answer|response|output))\b.{0,10}\b(?:in|into|to|as|with|using) (?:base ?64|hex(?:adecimal)?|binary|morse(?: code)?|rot-?13|ascii codes?|unicode code points|pig latin|a python list|a list|an? array)\b"),  # noqa: E501
+     r"\b(?:encode|encrypt|convert|write|output|spell|give)\b.{0,20}\b(?:it|them|the (?:answer|response|output|password|secret|key|word)|your (?:answer|response|output))\b.{0,10}\b(?:in|into|to|as|with|using) (?:base ?64|hex(?:adecimal)?|binary|morse(?: code)?|rot-?13|ascii codes?|unicode code points|pig latin)\b|\b(?:encode|convert|write|output|spell|give)\b.{0,20}\b(?:the|your) (?:password|secret|key|word|passphrase)\b.{0,10}\b(?:in|into|to|as) (?:a python list|a list|an? array)\b"),  # noqa: E501
     ("tensor", "access_granted_bare", 0.3, r"\baccess granted\b"),
     ("urgency", "shouting", 0.25,
      r"\b(?:important|urgent|attention|warning|critical|notice)\s*(?:!{2,}|:)|!{3,}"),
@@ -292,7 +298,7 @@ RULES: tuple[tuple[str, str, float, str], ...] = (
     ("action", "money", 0.45,
      r"\b(?:transfer|wire|send|pay|deposit|move|withdraw|initiate (?:a )?(?:payment|transfer|transaction))\b[^\n]{0,40}(?:[$€£¥]\s?\d|\d[\d,.]*\s?(?:usd|eur|dollars|euros|gbp|btc|eth|bitcoin)|\b(?:funds|money|bitcoin|crypto|payment)\b)[^\n]{0,60}\b(?:to|into)\b"),  # noqa: E501
     ("action", "grant_access", 0.45,
-     r"\b(?:grant|give|add|provide|enable|share)\b.{0,30}\b(?:permanent |full |admin(?:istrator)? |root |owner |guest |remote )?(?:access|permissions?|privileges|rights|admin rights)\b.{0,40}\b(?:to|for)\b"),  # noqa: E501
+     r"\b(?:grant|give|add|provide|enable|share)\b.{0,30}\b(?:permanent |full |admin(?:istrator)? |root |owner |guest |remote )?(?:access|permissions?|privileges|rights|admin rights)\b(?<!random access)(?<!direct access)(?<!sequential access)(?<!read access)(?<!memory access).{0,40}\b(?:to|for)\b"),  # noqa: E501
     ("action", "destructive", 0.45,
      r"\b(?:delete|remove|erase|wipe|destroy|cancel|unsubscribe|deactivate|disable)\b.{0,10}\b(?:all|every|the entire|my entire|all of (?:my|the))\b.{0,30}\b(?:files?|emails?|messages?|data|records|repositor(?:y|ies)|accounts?|backups?|events?|contacts|documents|database|history|logs?)\b"),  # noqa: E501
     ("action", "delete_owned", 0.45,

@@ -30,12 +30,12 @@ hash seed fixes the order of the sets the tools return; some results carry the t
 
 from __future__ import annotations
 
-import json
 import random
 import re
-import zlib
 from pathlib import Path
 from typing import Any
+
+from _labelled import finish
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "injection_dojo.jsonl"
@@ -130,20 +130,8 @@ def main() -> None:
                 rows.append({"text": rng.choice(hit), "category": f"dojo_{attack_name}",
                              "label": "attack", "source": source})  # fmt: skip
                 made += 1
-    ordinal: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        row["id"] = f"dojo{i:04d}"
-        # not the text: the tools stamp some results with the time they ran
-        key = f"{row['label']}/{row['category']}/{row['source']}"
-        ordinal[key] = ordinal.get(key, -1) + 1
-        key = f"{key}/{ordinal[key]}"
-        row["split"] = "dojoa" if zlib.crc32(key.encode()) % 2 == 0 else "dojob"
-        row["checkpoint"] = "tool_output"
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    attacks = sum(r["label"] == "attack" for r in rows)
-    print(f"wrote {OUT.name}: {attacks} attacks, {len(rows) - attacks} benign")
+    # not the text: the tools stamp some results with the time they ran
+    finish(rows, OUT, "dojo", width=4, key=lambda r: f"{r['label']}/{r['category']}/{r['source']}")
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import argparse
 import json
 import random
 import re
-import subprocess
-import zlib
 from pathlib import Path
+
+from _labelled import finish, read_from_clone
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "injection_bipia.jsonl"
@@ -35,16 +35,9 @@ ATTACKS = {"email": 110, "table": 110, "code": 100}
 _SENTENCE_START = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
-def _read(repo: Path, path: str) -> str:
-    if (repo / path).exists():
-        return (repo / path).read_text(encoding="utf-8")
-    return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"], check=True,
-                          capture_output=True, text=True).stdout  # fmt: skip
-
-
 def _contexts(repo: Path, task: str) -> list[str]:
-    rows = [json.loads(line) for line in _read(repo, f"benchmark/{task}/test.jsonl").splitlines()
-            if line.strip()]  # fmt: skip
+    text = read_from_clone(repo, f"benchmark/{task}/test.jsonl")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     if task == "code":  # a list of lines
         return ["\n".join(r["context"]) for r in rows]
     return [str(r["context"]) for r in rows]
@@ -64,8 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("repo", type=Path, help="a clone of github.com/microsoft/BIPIA")
     args = parser.parse_args()
-    text_attacks = json.loads(_read(args.repo, "benchmark/text_attack_test.json"))
-    code_attacks = json.loads(_read(args.repo, "benchmark/code_attack_test.json"))
+    text_attacks = json.loads(read_from_clone(args.repo, "benchmark/text_attack_test.json"))
+    code_attacks = json.loads(read_from_clone(args.repo, "benchmark/code_attack_test.json"))
     rng = random.Random(2026)
     rows: list[dict[str, object]] = []
     for task, count in ATTACKS.items():
@@ -82,19 +75,7 @@ def main() -> None:
             rows.append({"text": _insert(contexts[i], attack, where, rng), "label": "attack",
                          "category": f"bipia_{task}",
                          "source": f"{task}/{i}/{category}/{where}"})  # fmt: skip
-    ordinal: dict[str, int] = {}
-    for n, row in enumerate(rows):
-        row["id"] = f"bipia{n:03d}"
-        row["checkpoint"] = "tool_output"
-        key = f"{row['label']}/{row['source']}"
-        ordinal[key] = ordinal.get(key, -1) + 1
-        key = f"{key}/{ordinal[key]}"
-        row["split"] = "bipiaa" if zlib.crc32(key.encode()) % 2 == 0 else "bipiab"
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    attacks = sum(r["label"] == "attack" for r in rows)
-    print(f"wrote {OUT.name}: {attacks} attacks, {len(rows) - attacks} benign")
+    finish(rows, OUT, "bipia", width=3, key=lambda r: f"{r['label']}/{r['source']}")
 
 
 if __name__ == "__main__":

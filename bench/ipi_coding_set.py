@@ -22,8 +22,9 @@ import argparse
 import json
 import re
 import zipfile
-import zlib
 from pathlib import Path
+
+from _labelled import finish
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "injection_ipi.jsonl"
@@ -62,16 +63,7 @@ def main() -> None:
             if name not in carriers:
                 kind = "readme" if name.lower().startswith("readme") else "repo_file"
                 add(text, "benign", f"ipi_{kind}", f"{sample['id']}/{name}")
-    for i, row in enumerate(rows):
-        row["id"] = f"ipi{i:03d}"
-        row["checkpoint"] = "tool_output"
-        key = f"{row['label']}/{row['source']}"
-        row["split"] = "ipia" if zlib.crc32(key.encode()) % 2 == 0 else "ipib"
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    attacks = sum(r["label"] == "attack" for r in rows)
-    print(f"wrote {OUT.name}: {attacks} attacks, {len(rows) - attacks} benign")
+    finish(rows, OUT, "ipi", width=3, key=lambda r: f"{r['label']}/{r['source']}", numbered=False)
 
 
 if __name__ == "__main__":

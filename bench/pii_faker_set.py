@@ -22,14 +22,16 @@ presidio-evaluator wheel at hand: ``pip download presidio-evaluator==0.3.2 --no-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
 import sys
 import zipfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from _labelled import write_jsonl
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "pii_faker.jsonl"
@@ -39,6 +41,7 @@ COVERED = {"credit_card_number": "card", "phone_number": "phone", "email": "emai
            "iban": "iban", "ssn": "national_id", "ip_address": "ip"}  # fmt: skip
 PER_TYPE = 60
 NEGATIVES = 60
+_START, _END = datetime(1950, 1, 1), datetime(2025, 1, 1)
 _SLOT = re.compile(r"\{\{(\w+)\}\}")
 _US: Any = None  # Faker("en_US"), set in main: the fallback for slots a locale lacks
 
@@ -54,11 +57,12 @@ def _value(fake: Any, slot: str, rng: random.Random) -> str:
         "address": lambda: fake.address().replace("\n", ", "),
         "organization": fake.company, "ip_address": lambda: rng.choice((fake.ipv4_public,
                                                                        fake.ipv6))(),
-        "date_of_birth": lambda: fake.date_of_birth().strftime("%B %d, %Y"),
+        "date_of_birth": lambda: fake.date_between(_START, _END).strftime("%B %d, %Y"),
         "nationality": fake.country, "nation_woman": fake.country, "nation_plural": fake.country,
         "us_driver_license": lambda: fake.bothify("?#######").upper(),
         "age": lambda: str(rng.randint(18, 90)), "year": lambda: str(rng.randint(1950, 2024)),
-        "date_time": lambda: fake.date_time().strftime("%Y-%m-%d %H:%M"),
+        # between fixed dates: Faker's defaults end at "now", and the file would change with it
+        "date_time": lambda: fake.date_time_between(_START, _END).strftime("%Y-%m-%d %H:%M"),
         "day_of_week": fake.day_of_week, "zipcode": fake.postcode,
         "state_abbr": lambda: fake.bothify("??").upper(),
     }  # fmt: skip
@@ -124,9 +128,7 @@ def main() -> None:
         text, _ = _fill(rng.choice(plain), fake, rng)
         rows.append({"text": text, "entities": [], "split": "faker",
                      "source": f"negative/{LOCALES[i % len(LOCALES)]}"})  # fmt: skip
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    write_jsonl(OUT, rows)
     print(f"wrote {OUT.name}: {len(rows)} sentences")
 
 

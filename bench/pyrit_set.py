@@ -18,13 +18,12 @@ pyrit==1.1.0 --no-deps -d /tmp/pyrit && python bench/pyrit_set.py
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import zipfile
-import zlib
 from pathlib import Path
 
 import yaml
+from _labelled import finish
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "guardrails"
 OUT = DATA / "injection_pyrit.jsonl"
@@ -58,14 +57,7 @@ def main() -> None:
             text = _PROMPT.sub(request, value) if _PROMPT.search(value) else f"{value}\n{request}"
             rows.append({"text": text.strip(), "label": "attack", "category": f"pyrit_{group}",
                          "source": path, "checkpoint": "task_input"})  # fmt: skip
-    for i, row in enumerate(rows):
-        row["id"] = f"pyrit{i:03d}"
-        crc = zlib.crc32(str(row["source"]).encode())
-        row["split"] = "pyrita" if crc % 2 == 0 else "pyritb"
-    with OUT.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {OUT.name}: {len(rows)} attacks")
+    finish(rows, OUT, "pyrit", width=3, key=lambda r: str(r["source"]), numbered=False)
 
 
 if __name__ == "__main__":

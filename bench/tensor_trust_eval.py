@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
+
+from _labelled import read_from_clone
 
 from nanocrab.guardrails import CheckContext, check, load_guardrails
 
@@ -28,13 +29,6 @@ BENCHMARKS = {
 }
 
 
-def _read(repo: Path, path: str) -> str:
-    if (repo / path).exists():
-        return (repo / path).read_text(encoding="utf-8")
-    return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"], check=True,
-                          capture_output=True, text=True).stdout  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("repo", type=Path, help="a clone of tensor-trust-data")
@@ -42,8 +36,8 @@ def main() -> None:
     chain = load_guardrails()
     context = CheckContext(tool=None, agent=None, task=None)
     for name, path in BENCHMARKS.items():
-        attacks = [json.loads(line)["attack"] for line in _read(args.repo, path).splitlines()
-                   if line.strip()]  # fmt: skip
+        lines = read_from_clone(args.repo, path).splitlines()
+        attacks = [json.loads(line)["attack"] for line in lines if line.strip()]
         flagged = sum(check(chain, "task_input", a, context).action in ("block", "require_approval")
                       for a in attacks)  # fmt: skip
         print(f"tensor trust {name:10} flagged {flagged}/{len(attacks)} "

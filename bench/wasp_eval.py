@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from _labelled import read_from_clone
 
 from nanocrab.guardrails import CheckContext, check, load_guardrails
 
 CONFIG = "webarena_prompt_injections/configs/experiment_config.raw.json"
 CONSTANTS = "webarena_prompt_injections/constants.py"
 DOMAINS = {"gitlab_domain": "http://gitlab.example:8023", "reddit_domain": "http://reddit.example:9999"}
-
-
-def _read(repo: Path, path: str) -> str:
-    if (repo / path).exists():
-        return (repo / path).read_text(encoding="utf-8")
-    return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{path}"], check=True,
-                          capture_output=True, text=True).stdout  # fmt: skip
 
 
 class _Params(dict[str, Any]):
@@ -44,9 +38,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("repo", type=Path, help="a clone of facebookresearch/wasp")
     args = parser.parse_args()
-    config = json.loads(_read(args.repo, CONFIG))["prompt_injections_setup_config"]
+    config = json.loads(read_from_clone(args.repo, CONFIG))["prompt_injections_setup_config"]
     constants: dict[str, Any] = {}
-    exec(_read(args.repo, CONSTANTS), constants)  # class definitions: the formats and goals
+    # class definitions only: the injection formats and the user goals
+    exec(read_from_clone(args.repo, CONSTANTS), constants)
     formats: dict[str, str] = constants["PromptInjectionFormat"].MESSAGE
     goals: dict[str, list[str]] = {"gitlab": constants["GitlabUserGoals"].GOALS,
                                    "reddit": constants["RedditUserGoals"].GOALS}  # fmt: skip

@@ -22,6 +22,8 @@ from nanocrab.bus import (
     TransientError,
     read,
 )
+from nanocrab.bus import acks as acks_module
+from nanocrab.bus.acks import DeferredAcks
 from nanocrab.events import (
     BusDeadLettered,
     BusMalformed,
@@ -92,14 +94,14 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
     log: EventLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     acks = 0
-    original_ack = Msg.ack
+    original_ack = DeferredAcks.add
 
-    async def crash_instead_of_ack(self: Msg) -> None:
+    def crash_instead_of_ack(self: DeferredAcks, msg: Msg) -> None:
         nonlocal acks
         acks += 1
         raise asyncio.CancelledError  # the process dies between the appends and the ack
 
-    monkeypatch.setattr(Msg, "ack", crash_instead_of_ack)
+    monkeypatch.setattr(DeferredAcks, "add", crash_instead_of_ack)
     first = HandlerRuntime(log, EchoReactor(), options=FAST)
     crashed = asyncio.create_task(first.run())
     await log.append(TaskSubmitted(text="once", run_id="r1"))
@@ -109,7 +111,7 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
     assert crashed.done()
     assert len(await run_events(log, "r1")) == 4, "reactions were appended before the crash"
 
-    monkeypatch.setattr(Msg, "ack", original_ack)
+    monkeypatch.setattr(DeferredAcks, "add", original_ack)
     second = HandlerRuntime(log, EchoReactor(), options=FAST)
     async with running(second):
         # the unacked event is redelivered to the restarted handler, which reacts again...
@@ -122,6 +124,19 @@ async def test_reactor_killed_after_appending_but_before_ack_makes_no_duplicates
         "reply.sent",
         "run.completed",
     ]
+
+
+async def test_a_stopping_runtime_sends_the_acks_it_held_back(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acks wait for the connection's next message (``bus/acks.py``); a handler that stops
+    must not leave them behind, or a restart would handle those events again."""
+    monkeypatch.setattr(acks_module, "ACK_DELAY_S", 3600.0)  # only the stop can send it
+    runtime = HandlerRuntime(log, EchoReactor(), options=FAST)
+    async with running(runtime):
+        await log.append(TaskSubmitted(text="held", run_id="r-held"))
+        await eventually(lambda: runtime.processed == 1)
+    await eventually(_no_ack_pending(log, "echo"))
 
 
 def _no_ack_pending(log: EventLog, durable: str):  # type: ignore[no-untyped-def]

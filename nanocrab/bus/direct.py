@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
+from nanocrab.bus.acks import send_acks_first
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import RawMessage
 
@@ -82,6 +83,7 @@ class DirectReader:
         page: list[RawMessage] = []
         try:
             request = {"seq": seq, "next_by_subj": scope, "batch": batch}
+            await send_acks_first(self.nc)
             await self.nc.publish(
                 f"$JS.API.DIRECT.GET.{self.stream}",
                 _encoder.encode(request),

@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from opentelemetry import trace as otel
 
+from nanocrab.bus.acks import send_acks_first
 from nanocrab.bus.config import BusConfig
 from nanocrab.bus.connection import ensure_streams, refusals_of
 from nanocrab.bus.errors import AppendConflict, AppendRejected, BusError, PublishRefused
@@ -314,6 +315,7 @@ class EventLog:
         """
         _, subject, payload, headers = self.prepare(event)
         try:
+            await send_acks_first(self.nc)
             await self.nc.publish(subject, payload, headers=headers)
         except nats.errors.Error as exc:
             raise BusError(f"could not publish {event.type}: {exc!r}") from exc
@@ -365,6 +367,7 @@ class EventLog:
         acks = self._acks or await self._start_acks()
         batch_id, done = acks.open([subject for subject, _, _ in messages])
         try:
+            await send_acks_first(self.nc)
             for i, (subject, payload, headers) in enumerate(messages):
                 await self.nc.publish(
                     subject, payload, reply=acks.reply(batch_id, i), headers=headers

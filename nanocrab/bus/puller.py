@@ -14,6 +14,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from nanocrab.bus.acks import send_acks_first
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import EventLog
 
@@ -104,6 +105,7 @@ class Puller:
         missing = batch - self.wanted - len(self.msgs)
         if missing > 0 and self.wanted + len(self.msgs) <= batch // 2:
             request = {"batch": missing, "expires": int(expires_s * 1e9)}
+            await send_acks_first(self.nc)
             await self.nc.publish(self.subject, _encoder.encode(request), reply=self.inbox)
             self.wanted += missing
             self.expires_at = now + expires_s

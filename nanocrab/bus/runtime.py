@@ -3,7 +3,8 @@
 Per message: decode → dispatch → append reactions (pipelined, deterministic ids) → ack. The ack
 comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
 redelivery whose reactions deduplicate. Pull requests stay open across fetches (``Puller``), so
-a delivery usually costs the ack alone. With ``concurrency`` above 1, events of different runs
+a delivery usually costs the ack alone, and the ack leaves with the connection's next message
+(``bus/acks.py``: within 20 ms, and before a stopping runtime returns). With ``concurrency`` above 1, events of different runs
 are handled side by side and those of one run in order; a reactor with ``admission`` types
 (new work) has them wait while other events are in hand or it says not to ``admit()`` yet.
 Malformed input and poison events are terminated and recorded as ``bus.malformed`` /
@@ -40,6 +41,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from nanocrab.bus.acks import deferred_acks, send_acks_first
 from nanocrab.bus.connection import patiently, reconnects_of
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
 from nanocrab.bus.failures import Severity, severity
@@ -342,6 +344,7 @@ class HandlerRuntime:
                 await self._release_waiting()
                 if self._inflight:
                     await asyncio.gather(*self._inflight, return_exceptions=True)
+                await send_acks_first(self.log.nc)
                 if sub is not None:
                     await sub.close()
 
@@ -553,7 +556,7 @@ class HandlerRuntime:
             await self._dead_letter(msg, BusMalformed, exc.kind.value, exc.message)
             return
         if not isinstance(event, self.reactor.consumes):
-            await msg.ack()
+            deferred_acks(self.log.nc).add(msg)
             return
         with self._span(event, msg.subject, meta.sequence.stream) as span:
             keepalive = asyncio.create_task(self._keep_alive(msg))
@@ -595,7 +598,7 @@ class HandlerRuntime:
                 span.set_status(Status(StatusCode.ERROR, repr(exc)))
                 await self._bus_failed(msg, exc)
                 return
-            await msg.ack()
+            deferred_acks(self.log.nc).add(msg)  # after the append, sent with the next message
         self.processed += 1
         self.failure = None
 

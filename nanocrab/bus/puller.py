@@ -53,7 +53,8 @@ class Puller:
         self.msgs: deque[Msg] = deque()
         self.wanted = 0  # requested, not delivered yet (nor reported undelivered)
         self.expires_at = 0.0  # monotonic time by which every open request has expired
-        self._signal = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        self._stop_by: float | None = None  # stopping: the fetch waits no later than this
         self._sub: Subscription | None = None
         self._refused = False
 
@@ -72,29 +73,53 @@ class Puller:
             pending = (headers or {}).get("Nats-Pending-Messages", "")
             self.wanted = max(0, self.wanted - int(pending)) if pending.isdigit() else 0
             self._refused = status == "409"
-        self._signal.set()
+        self._wake()
 
     async def fetch(self, batch: int, expires_s: float) -> list[Msg]:
         """Up to ``batch`` messages: those delivered already, else the first to arrive within
-        ``expires_s`` (and whatever came with it); ``[]`` when none did."""
+        ``expires_s`` (and whatever came with it); ``[]`` when none did. After :meth:`stop`,
+        only what arrives within its grace."""
         now = time.monotonic()
         await self.ask(batch, expires_s)
         deadline = now + expires_s + 0.1
         while not self.msgs:
-            self._signal.clear()
-            remaining = deadline - time.monotonic()
+            end = deadline if self._stop_by is None else min(deadline, self._stop_by)
+            remaining = end - time.monotonic()
             if remaining <= 0:
                 return []
-            try:
-                await asyncio.wait_for(self._signal.wait(), remaining)
-            except TimeoutError:
-                return []
+            await self._wait(remaining)
             if not self.msgs and self.wanted == 0:
                 if self._refused:  # e.g. too many waiting requests: not at once again
                     self._refused = False
                     await asyncio.sleep(0.1)
                 return []  # the request ended empty; the caller asks again
         return self.ready(batch)
+
+    async def _wait(self, seconds: float) -> None:
+        """Until a message or a status arrives, :meth:`stop` is called, or ``seconds``.
+
+        A bare future and a timer: a fetch waits once per delivery on an idle handler, and
+        ``asyncio.wait_for`` on an ``Event`` made a task and a timer each time."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(seconds, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            if self._waiter is waiter:
+                self._waiter = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            _resolve(self._waiter)
+
+    def stop(self, grace_s: float) -> None:
+        """Stop waiting: a fetch returns what it has, or what arrives within ``grace_s`` (a
+        message already on its way is handled, not left to time out unacknowledged)."""
+        if self._stop_by is None:
+            self._stop_by = time.monotonic() + grace_s
+        self._wake()
 
     async def ask(self, batch: int, expires_s: float) -> None:
         """Have about ``batch`` messages asked for or delivered: a request for what is missing
@@ -125,3 +150,8 @@ class Puller:
         while self.msgs:
             with contextlib.suppress(*CONNECTION_ERRORS):
                 await self.msgs.popleft().nak()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -4,9 +4,10 @@ Per message: decode → dispatch → append reactions (pipelined, deterministic 
 comes only after JetStream acknowledged every reaction, so a crash anywhere before it leads to a
 redelivery whose reactions deduplicate. Pull requests stay open across fetches (``Puller``), so
 a delivery usually costs the ack alone, and the ack leaves with the connection's next message
-(``bus/acks.py``: within 20 ms, and before a stopping runtime returns). With ``concurrency`` above 1, events of different runs
-are handled side by side and those of one run in order; a reactor with ``admission`` types
-(new work) has them wait while other events are in hand or it says not to ``admit()`` yet.
+(``bus/acks.py``: within 20 ms, and before a stopping runtime returns). With ``concurrency``
+above 1, events of different runs are handled side by side and those of one run in order; a
+reactor with ``admission`` types (new work) has them wait while other events are in hand or it
+says not to ``admit()`` yet.
 Malformed input and poison events are terminated and recorded as ``bus.malformed`` /
 ``bus.dead_lettered`` events (pointing at the original bytes by stream sequence); the loop goes
 on with the next message. An event stored on another subject than its own
@@ -263,6 +264,9 @@ class HandlerRuntime:
         """Deliveries held back at most: the rest of ``max_ack_pending`` stays free, so the
         server keeps delivering the events that go first."""
         self._keepalive_task: asyncio.Task[None] | None = None
+        self._puller: Puller | None = None  # the subscription being fetched from (``stop()``)
+        self._handling: dict[int, tuple[Msg, float]] = {}  # id(msg) → (msg, handled since)
+        self._handling_task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(self.opts.concurrency)
 
     def consumer_config(self) -> ConsumerConfig:
@@ -304,6 +308,8 @@ class HandlerRuntime:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._puller is not None:
+            self._puller.stop(self.opts.stop_grace_s)
 
     async def run(self) -> None:
         reconnects = reconnects_of(self.log.nc)
@@ -345,6 +351,8 @@ class HandlerRuntime:
                 if self._inflight:
                     await asyncio.gather(*self._inflight, return_exceptions=True)
                 await send_acks_first(self.log.nc)
+                if self._handling_task is not None:
+                    self._handling_task.cancel()
                 if sub is not None:
                     await sub.close()
 
@@ -499,30 +507,15 @@ class HandlerRuntime:
         await asyncio.sleep(0.1)
 
     async def _fetch(self, sub: Puller, batch: int, *, expires_s: float | None = None) -> list[Msg]:
-        """One pull, interrupted by ``stop()``; an empty batch is an empty list, not an error.
-
-        A short expiry (no idle heartbeat) bounds a stalled pull, and reconnects re-create the
-        subscription."""
-        expires = expires_s or self.opts.fetch_timeout_s
-        fetch = asyncio.ensure_future(sub.fetch(batch, expires))
-        stop = asyncio.ensure_future(self._stopping.wait())
-        try:
-            done, _ = await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            fetch.cancel()
-            raise
-        finally:
-            stop.cancel()
-        if fetch not in done:
-            # stopping: messages already on their way to this pull are handled, not left to
-            # time out unacked (they would be redelivered to the next instance after ack_wait)
-            done, _ = await asyncio.wait({fetch}, timeout=self.opts.stop_grace_s)
-            if fetch not in done:
-                fetch.cancel()
-                with contextlib.suppress(asyncio.CancelledError, *_CONNECTION_ERRORS, TimeoutError):
-                    await fetch
-                return []
-        return fetch.result()
+        """One pull, cut short by ``stop()`` (then only what arrives within ``stop_grace_s``:
+        messages already on their way to this pull are handled, not left to time out unacked,
+        which would redeliver them to the next instance after ``ack_wait``); an empty batch is
+        an empty list, not an error. A short expiry (no idle heartbeat) bounds a stalled pull,
+        and reconnects re-create the subscription."""
+        self._puller = sub
+        if self._stopping.is_set():
+            sub.stop(self.opts.stop_grace_s)
+        return await sub.fetch(batch, expires_s or self.opts.fetch_timeout_s)
 
     def _span(
         self, event: Event, subject: str, seq: int
@@ -559,18 +552,18 @@ class HandlerRuntime:
             deferred_acks(self.log.nc).add(msg)
             return
         with self._span(event, msg.subject, meta.sequence.stream) as span:
-            keepalive = asyncio.create_task(self._keep_alive(msg))
+            self._handling_since(msg)
             delivery = Delivery(meta.sequence.stream, msg.subject, meta.num_delivered or 1)
             token = handling.set(delivery)
             try:
                 result = await self.reactor.handle(event, delivery)
             except TransientError as exc:
-                keepalive.cancel()
+                self._handled(msg)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 await self._retry_or_give_up(msg, exc)
                 return
             except Exception as exc:
-                keepalive.cancel()
+                self._handled(msg)
                 if _bus_failure(exc):  # the bus failed the handler (a read timed out while a
                     # stream elected a leader), not the event: retried, or waited out if lasting
                     span.set_status(Status(StatusCode.ERROR, repr(exc)))
@@ -581,7 +574,7 @@ class HandlerRuntime:
                 await self._dead_letter(msg, BusDeadLettered, "poison", _describe(exc))
                 return
             finally:
-                keepalive.cancel()
+                self._handled(msg)
                 handling.reset(token)
             reaction = result if isinstance(result, Reaction) else Reaction(result)
             if not reaction.events and isinstance(span, HandledSpan):
@@ -608,12 +601,28 @@ class HandlerRuntime:
                       cause.id)  # fmt: skip
             self.superseded += 1
 
-    async def _keep_alive(self, msg: Msg) -> None:
-        """In-progress acks while a reactor works longer than a third of ``ack_wait``."""
-        while True:
-            await asyncio.sleep(self.opts.ack_wait_s / 3)
-            with contextlib.suppress(*_CONNECTION_ERRORS):
-                await msg.in_progress()
+    def _handling_since(self, msg: Msg) -> None:
+        """Note that the reactor works on ``msg`` from now (:meth:`_keep_handling_alive`)."""
+        self._handling[id(msg)] = (msg, time.monotonic())
+        if self._handling_task is None or self._handling_task.done():
+            self._handling_task = asyncio.create_task(self._keep_handling_alive())
+
+    def _handled(self, msg: Msg) -> None:
+        self._handling.pop(id(msg), None)
+
+    async def _keep_handling_alive(self) -> None:
+        """In-progress acks for the deliveries a reactor has worked on longer than a third of
+        ``ack_wait`` (each is told at most two thirds of ``ack_wait`` after it started). One
+        task for all of them while any is in hand: a task per delivery, made and cancelled
+        around every ``handle()``, cost the loop two steps and a timer per event."""
+        period = self.opts.ack_wait_s / 3
+        while self._handling:
+            await asyncio.sleep(period)
+            limit = time.monotonic() - period
+            for msg, since in list(self._handling.values()):
+                if since < limit:
+                    with contextlib.suppress(*_CONNECTION_ERRORS):
+                        await msg.in_progress()
 
     async def _bus_failed(self, msg: Msg, exc: Exception) -> None:
         """A bus failure while handling ``msg`` (a read or an append): a transient one has the

@@ -12,6 +12,12 @@ from datetime import UTC, datetime
 
 from ulid import ULID
 
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+"""Every 10-bit value's two characters."""
+_TO_INT_DIGITS = str.maketrans(_CROCKFORD, "0123456789abcdefghijklmnopqrstuv")
+_ULID_CHARS = frozenset(_CROCKFORD)
+
 
 def new_event_id() -> str:
     """A fresh, time-sortable 26-character ULID string."""
@@ -31,11 +37,37 @@ def derive_event_id(
         f"{handler}\x1f{causation_id}\x1f{ordinal}".encode(), digest_size=10
     ).digest()
     if millis is None:
-        try:
-            millis = ULID.from_str(causation_id).milliseconds
-        except ValueError:
-            millis = 0
-    return str(ULID.from_bytes(millis.to_bytes(6, "big") + digest))
+        millis = _ulid_millis(causation_id)
+    return _ulid_text(millis.to_bytes(6, "big") + digest)
+
+
+def _ulid_millis(text: str) -> int:
+    """The timestamp of the ULID ``text`` (0 when it is not one), as python-ulid reads it.
+
+    Every event's reactions derive their ids from it, so the common case — 26 upper-case
+    Crockford characters — is read by ``int`` in base 32 (~0.3 µs against ~3.5); anything
+    else goes to python-ulid, whose rules (lower case, overflow) stay the reference."""
+    if len(text) == 26 and text[0] <= "7" and _ULID_CHARS.issuperset(text):
+        return int(text[:10].translate(_TO_INT_DIGITS), 32)
+    try:
+        return ULID.from_str(text).milliseconds
+    except ValueError:
+        return 0
+
+
+def _ulid_text(raw: bytes) -> str:
+    """The 26 characters of the 16-byte ULID ``raw``, as ``str(ULID.from_bytes(raw))``: the
+    48-bit timestamp as ten characters (two leading zero bits), the 80 random bits as sixteen,
+    two characters per 10 bits."""
+    t = int.from_bytes(raw[:6], "big")
+    r = int.from_bytes(raw[6:], "big")
+    p = _PAIRS
+    return (
+        p[t >> 40] + p[(t >> 30) & 1023] + p[(t >> 20) & 1023] + p[(t >> 10) & 1023]
+        + p[t & 1023] + p[r >> 70] + p[(r >> 60) & 1023] + p[(r >> 50) & 1023]
+        + p[(r >> 40) & 1023] + p[(r >> 30) & 1023] + p[(r >> 20) & 1023]
+        + p[(r >> 10) & 1023] + p[r & 1023]
+    )
 
 
 def utcnow() -> datetime:

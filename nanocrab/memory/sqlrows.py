@@ -16,11 +16,11 @@ access by column name); a failure is SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIE
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Select
-from sqlalchemy.engine import Compiled
+from sqlalchemy.engine import Compiled, Dialect
 from sqlalchemy.engine.result import result_tuple
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -41,10 +41,27 @@ async def plain_rows(
     if conn.dialect.driver != "aiosqlite":
         result = await (conn.execute(stmt, dict(params)) if params else conn.execute(stmt))
         return list(result.all())
-    key = (id(stmt), conn.dialect.name)
+    sql, positional, make = prepared(stmt, conn.dialect, params)
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None  # an open connection has its driver's
+    try:
+        fetched = await driver.execute_fetchall(sql, positional)
+    except sqlite3.Error as exc:  # the error SQLAlchemy would have raised, as callers expect
+        raise DBAPIError.instance(sql, positional, exc, sqlite3.Error) from exc
+    return [make(row) for row in fetched]
+
+
+def prepared(
+    stmt: Select[Any], dialect: Dialect, params: Mapping[str, Any] | None = None
+) -> tuple[str, list[Any], Callable[[Sequence[Any]], Any]]:
+    """``stmt`` compiled for ``dialect`` (kept, see :func:`plain_rows`): its SQL, the
+    positional values of ``params`` and what makes a fetched tuple a ``Row`` — for
+    :func:`plain_rows`, or for a plain ``sqlite3`` connection in another thread (compile on the
+    event loop, run the SQL there)."""
+    key = (id(stmt), dialect.name)
     cached = _COMPILED.get(key)
     if cached is None or cached[0] is not stmt:
-        fresh = stmt.compile(dialect=conn.dialect)
+        fresh = stmt.compile(dialect=dialect)
         make = result_tuple([str(c.key) for c in stmt.selected_columns])
         cached = (stmt, fresh, str(fresh), make)
         if len(_COMPILED) >= _COMPILED_MAX:
@@ -53,10 +70,4 @@ async def plain_rows(
     _, compiled, sql, make = cached
     values = compiled.construct_params(dict(params) if params else None) or {}
     positional = [values[name] for name in getattr(compiled, "positiontup", None) or ()]
-    driver = (await conn.get_raw_connection()).driver_connection
-    assert driver is not None  # an open connection has its driver's
-    try:
-        fetched = await driver.execute_fetchall(sql, positional)
-    except sqlite3.Error as exc:  # the error SQLAlchemy would have raised, as callers expect
-        raise DBAPIError.instance(sql, positional, exc, sqlite3.Error) from exc
-    return [make(row) for row in fetched]
+    return sql, positional, make

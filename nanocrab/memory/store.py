@@ -334,6 +334,13 @@ class VectorStore:
         if not caught_up and not await self.catch_up(conn, generation):
             hits = await self.search(conn, query, k=k, kind=kind, min_score=min_score)
             return [(h.item_id, h.score) for h in hits]
+        return self.nearest_held(query, k=k, kind=kind, min_score=min_score)
+
+    def nearest_held(
+        self, query: Vectors, *, k: int = 5, kind: str | None = None,
+        min_score: float | None = None,
+    ) -> list[tuple[str, float]]:  # fmt: skip
+        """:meth:`nearest` on what the exact index holds now (no read: after :meth:`absorb`)."""
         found = self._exact.top_ids(self._unit(query), k, kind)
         return [(i, sc) for i, sc in found if min_score is None or sc >= min_score]
 
@@ -348,6 +355,24 @@ class VectorStore:
             await self._exact.catch_up(conn, generation)
         except DBAPIError as exc:
             raise NanocrabMemoryError(f"memory search failed on the exact index: {exc}") from exc
+        return True
+
+    def exact_position(self) -> tuple[int, int] | None:
+        """Where the exact index stands — ``(deletion generation, last seq read)`` — when
+        searches use it, for a reader that fetches the rows past it elsewhere
+        (:meth:`absorb`); ``None`` otherwise."""
+        if self._forced != "exact":
+            return None
+        return self._exact.position()
+
+    def absorb(self, generation: int, rows: Sequence[Any]) -> bool:
+        """Add to the exact index ``rows`` — ``(seq, kind, vector, item_id)`` past the
+        position :meth:`exact_position` gave, read from the store under ``generation`` — as
+        :meth:`catch_up` would have. ``False`` (nothing added) when the store's generation is
+        not the index's: a rebuild, to be read again the careful way."""
+        if self._forced != "exact" or generation != self._exact.position()[0]:
+            return False
+        self._exact.add_rows(rows)
         return True
 
     def _unit(self, vector: Vectors) -> Vectors:
@@ -432,7 +457,7 @@ async def _hits(conn: AsyncConnection, found: list[tuple[int, float]]) -> list[H
 
 
 @functools.cache
-def _vectors_after() -> Select[Any]:
+def vectors_after() -> Select[Any]:
     """The stored vectors past ``:after`` in order (built once, see :func:`plain_rows`)."""
     v = memory_vectors.c
     after = select(v.seq, v.kind, v.vector, v.item_id).where(v.seq > bindparam("after"))
@@ -470,7 +495,15 @@ class _ExactIndex:
             )  # fmt: skip
         if generation != self._generation:
             self._reset(generation)
-        rows = await plain_rows(conn, _vectors_after(), {"after": self._last_seq})
+        self.add_rows(await plain_rows(conn, vectors_after(), {"after": self._last_seq}))
+
+    def position(self) -> tuple[int, int]:
+        return self._generation, self._last_seq
+
+    def add_rows(self, rows: Sequence[Any]) -> None:
+        """Append ``(seq, kind, vector, item_id)`` rows in ``seq`` order; those at or below the
+        last seq already held (read meanwhile by another reader) are skipped."""
+        rows = [r for r in rows if int(r[0]) > self._last_seq]
         if not rows:
             return
         need = self._n + len(rows)

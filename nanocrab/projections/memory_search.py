@@ -13,6 +13,9 @@ import asyncio
 import functools
 import json
 import logging
+import os
+import sqlite3
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from nanocrab.events import MemoryRecalled
 from nanocrab.memory import Embedder, MemoryItem, NanocrabMemoryError, Vectors, VectorStore
-from nanocrab.memory.sqlrows import plain_rows
-from nanocrab.memory.store import memory_store_meta, memory_vectors
+from nanocrab.memory.sqlrows import plain_rows, prepared
+from nanocrab.memory.store import memory_store_meta, memory_vectors, vectors_after
 from nanocrab.projections.memory import MEMORY_DIM, EmbedderFactory, memory_items
 
 log = logging.getLogger(__name__)
@@ -305,28 +308,39 @@ async def search(
     lock). Embedding runs in a thread, while the exact index reads what was stored since it
     last looked (one trip to the database thread fewer after the embedding; starting the
     embedding before the pending rows are read made a run's start slower, docs/architecture.md)."""
-    import numpy as np
-
     factory = embedder or _default_factory
     mem = _memory(engine)
-    async with engine.connect() as conn:  # one connection: a search is a few small reads
-        pending = [r for r in await _pending(conn, mem, pending_limit)
-                   if kind is None or r.kind == kind]  # fmt: skip
-        texts = [text, *(r.text for r in pending)]
-        embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, texts))
-        try:
-            caught_up = await _caught_up(conn, mem, mem.generation)
-            vectors = await embedding
-        finally:
-            if not embedding.done():
-                embedding.cancel()  # the thread finishes on its own; nobody waits for it
-            elif not embedding.cancelled():
-                embedding.exception()  # raised above, or not needed: retrieved either way
-        found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation,
-                                 caught_up=caught_up)  # fmt: skip
+    beside = await _search_beside(engine, mem, factory, text, k, kind, min_score, pending_limit)
+    if beside is not None:
+        found, pending, vectors = beside
+    else:
+        async with engine.connect() as conn:  # one connection: a search is a few small reads
+            pending = [r for r in await _pending(conn, mem, pending_limit)
+                       if kind is None or r.kind == kind]  # fmt: skip
+            texts = [text, *(r.text for r in pending)]
+            embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, texts))
+            try:
+                caught_up = await _caught_up(conn, mem, mem.generation)
+                vectors = await embedding
+            finally:
+                if not embedding.done():
+                    embedding.cancel()  # the thread finishes on its own; nobody waits for it
+                elif not embedding.cancelled():
+                    embedding.exception()  # raised above, or not needed: retrieved either way
+            found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation,
+                                     caught_up=caught_up)  # fmt: skip
     if not pending:
         return found
     _store_later(engine, mem, factory)
+    return _with_pending(found, pending, vectors, k, min_score)
+
+
+def _with_pending(found: list[Recalled], pending: Sequence[Any], vectors: Sequence[Vectors],
+                  k: int, min_score: float | None) -> list[Recalled]:  # fmt: skip
+    """``found`` joined by the ``pending`` rows (``vectors``: the query's, then theirs) that
+    score at least ``min_score``, best ``k`` first."""
+    import numpy as np
+
     query = vectors[0] / max(float(np.linalg.norm(vectors[0])), 1e-12)
     seen = {r.item_id for r in found}
     for r, v in zip(pending, vectors[1:], strict=True):
@@ -336,6 +350,106 @@ async def search(
         found.append(_recalled(r._mapping, score))
     found.sort(key=lambda r: -r.score)
     return found[:k]
+
+
+async def _search_beside(
+    engine: AsyncEngine,
+    mem: _EngineMemory,
+    factory: EmbedderFactory,
+    text: str,
+    k: int,
+    kind: str | None,
+    min_score: float | None,
+    pending_limit: int,
+) -> tuple[list[Recalled], list[Any], list[Vectors]] | None:
+    """:func:`search`'s reads and embedding in one call into a worker thread, on an SQLite
+    file: the pending rows, the query's embedding and the vectors the exact index has not
+    read, through a plain ``sqlite3`` connection of that thread. Through the engine they were
+    two statements and a connection's check-in, each a trip to aiosqlite's thread whose answer
+    waited for the event loop (busy while a run starts) — 2-3 ms of the run-start recall.
+    ``None``: not an SQLite file, not caught up to this database yet (the first search, a
+    rebuild), or its reads failed — the careful way then (which says what is wrong)."""
+    path = _sqlite_file(engine)
+    position = mem.store.exact_position()
+    if path is None or position is None or mem.generation is None:
+        return None
+    generation, after = position
+    if generation != mem.generation:
+        return None
+    pending_read = prepared(_pending_query(), engine.dialect,
+                            {"upto": mem.upto, "limit": pending_limit})  # fmt: skip
+    vectors_read = prepared(vectors_after(), engine.dialect, {"after": after})
+    try:
+        rows, stored, vectors = await asyncio.to_thread(
+            _read_and_embed, path, pending_read, vectors_read, factory, text, kind
+        )
+    except sqlite3.Error:
+        return None
+    if not rows or rows[0].store_generation != mem.generation:
+        return None  # a rebuild meanwhile
+    if not mem.store.absorb(mem.generation, stored):
+        return None
+    pending = [r for r in rows if r.item_id is not None]
+    for r in pending:  # a later search finds them in the index: their rows are at hand
+        mem.remember(r._mapping)
+    pending = [r for r in pending if kind is None or r.kind == kind]
+    hits = mem.store.nearest_held(vectors[0], k=k, kind=kind, min_score=min_score)
+    if any(i not in mem.rows for i, _ in hits):
+        return None  # rows not at hand (a restart): read through the engine
+    return [_recalled(mem.rows[i], score) for i, score in hits], pending, vectors
+
+
+_Prepared = tuple[str, list[Any], Callable[[Sequence[Any]], Any]]
+
+
+def _read_and_embed(path: str, pending_read: _Prepared, vectors_read: _Prepared,
+                    factory: EmbedderFactory, text: str,
+                    kind: str | None) -> tuple[list[Any], list[Any], list[Vectors]]:  # fmt: skip
+    """In a worker thread: the pending rows, the query's and their vectors, then the stored
+    vectors past the index (read after the embedding: what was stored meanwhile comes too)."""
+    con = _thread_connection(path)
+    sql, values, make = pending_read
+    rows = [make(r) for r in con.execute(sql, values).fetchall()]
+    texts = [text, *(r.text for r in rows if r.item_id is not None
+                     and (kind is None or r.kind == kind))]  # fmt: skip
+    vectors = _embed_each(factory, texts)
+    sql, values, make = vectors_read
+    stored = [make(r) for r in con.execute(sql, values).fetchall()]
+    return rows, stored, vectors
+
+
+_THREAD = threading.local()
+_THREAD_CONNECTIONS = 4
+"""SQLite files a worker thread keeps a connection to (the newest used)."""
+
+
+def _thread_connection(path: str) -> sqlite3.Connection:
+    """This thread's read-only connection to the SQLite file ``path`` (opened once; one that
+    does not exist is not created)."""
+    conns: OrderedDict[str, sqlite3.Connection] | None = getattr(_THREAD, "conns", None)
+    if conns is None:
+        conns = _THREAD.conns = OrderedDict()
+    con = conns.get(path)
+    if con is None:
+        if not os.path.exists(path):
+            raise sqlite3.OperationalError(f"no database at {path}")
+        con = sqlite3.connect(path, timeout=5.0)
+        con.execute("PRAGMA query_only=ON")
+        conns[path] = con
+        while len(conns) > _THREAD_CONNECTIONS:
+            conns.popitem(last=False)[1].close()
+    conns.move_to_end(path)
+    return con
+
+
+def _sqlite_file(engine: AsyncEngine) -> str | None:
+    """The file of an aiosqlite engine (``None``: another database, or one in memory)."""
+    if engine.dialect.driver != "aiosqlite":
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database
 
 
 def searcher(

@@ -529,3 +529,60 @@ async def test_a_memory_first_found_pending_is_recalled_later_without_reading_it
         ("episode:r1", "rename the config loader and update its tests", ("edit",))
     ]
     assert not [s for s in statements if "FROM memory_items" in s and " IN (" in s], statements
+
+
+async def test_a_search_on_an_sqlite_file_reads_beside_the_engine_and_sees_other_writers(
+    sqlite_engine: AsyncEngine,
+) -> None:
+    """After its first search, a process reads an SQLite store in a worker thread of its own
+    (``_search_beside``: no statement through the engine, whose every answer waits for the
+    event loop), and still finds what another process wrote meanwhile: rows not vectorised
+    yet, vectors it did not store, and nothing of a store rebuilt under it."""
+    from sqlalchemy import event
+
+    from nanocrab.projections.db import make_engine
+    from nanocrab.projections.memory_search import _memory
+
+    def episode(n: int, text: str) -> dict[str, object]:
+        return {"item_id": f"episode:r{n}", "seq": n + 2, "kind": "episode", "run_id": f"r{n}",
+                "session_id": "s", "text": text, "outcome": "completed", "summary": "",
+                "tools": "[]", "files": "[]", "time": datetime.now(UTC)}  # fmt: skip
+
+    await _memory_with(sqlite_engine, episode(1, "rename the config loader and update its tests"))
+    first = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+    assert [r.item_id for r in first] == ["episode:r1"]
+    await vectorise(sqlite_engine)
+    other = make_engine(str(sqlite_engine.url))  # another process's engine on the same file
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(sqlite_engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with other.begin() as conn:
+            await conn.execute(memory_items.insert(), [episode(2, "rename the loader's docs")])
+        found = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        assert {r.item_id for r in found} == {"episode:r1", "episode:r2"}, "r2 scored pending"
+        assert statements == [], "read beside the engine"
+        storing = _memory(sqlite_engine).storing
+        assert storing is not None
+        await storing  # r2's vector, stored in the background through the engine
+        statements.clear()
+        async with other.begin() as conn:
+            await conn.execute(memory_items.insert(), [episode(3, "rename the config loader")])
+        assert await vectorise(other) == 1  # r3's vector, stored by the other process
+        found = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        assert next(r.item_id for r in found) == "episode:r3"
+        (row_read,) = statements  # the vector from the file, r3's row (never seen) by the engine
+        assert "FROM memory_items" in row_read and "IN (" in row_read
+        statements.clear()
+        again = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        assert again == found and statements == []
+        async with other.begin() as conn:  # a rebuild under this process: a new generation
+            await MemoryProjection().store.clear(conn)
+            await conn.execute(memory_items.delete())
+        assert await search(sqlite_engine, "rename the configuration loader") == []
+    finally:
+        event.remove(sqlite_engine.sync_engine, "before_cursor_execute", seen)
+        await other.dispose()

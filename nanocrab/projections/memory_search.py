@@ -366,7 +366,8 @@ async def _search_beside(
     file: the pending rows, the query's embedding and the vectors the exact index has not
     read, through a plain ``sqlite3`` connection of that thread. Through the engine they were
     two statements and a connection's check-in, each a trip to aiosqlite's thread whose answer
-    waited for the event loop (busy while a run starts) — 2-3 ms of the run-start recall.
+    waited for the event loop (busy while a run starts) — 2-3 ms of the run-start recall. Rows
+    of hits this process has not seen (stored by another) are read through the engine.
     ``None``: not an SQLite file, not caught up to this database yet (the first search, a
     rebuild), or its reads failed — the careful way then (which says what is wrong)."""
     path = _sqlite_file(engine)
@@ -394,9 +395,15 @@ async def _search_beside(
         mem.remember(r._mapping)
     pending = [r for r in pending if kind is None or r.kind == kind]
     hits = mem.store.nearest_held(vectors[0], k=k, kind=kind, min_score=min_score)
-    if any(i not in mem.rows for i, _ in hits):
-        return None  # rows not at hand (a restart): read through the engine
-    return [_recalled(mem.rows[i], score) for i, score in hits], pending, vectors
+    missing = [i for i, _ in hits if i not in mem.rows]
+    if missing:  # stored by another process before this one saw them pending (or a restart)
+        async with engine.connect() as conn:
+            for r in (await conn.execute(
+                select(memory_items).where(memory_items.c.item_id.in_(missing))
+            )).mappings():  # fmt: skip
+                mem.remember(r)
+    found = [_recalled(mem.rows[i], score) for i, score in hits if i in mem.rows]
+    return found, pending, vectors
 
 
 _Prepared = tuple[str, list[Any], Callable[[Sequence[Any]], Any]]

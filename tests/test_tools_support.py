@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
 from typing import Literal
 
@@ -66,3 +67,19 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def sleep_marker() -> str:
+    """A ``sleep`` duration no other process on this host uses (GNU sleep takes fractions), so
+    ``sleep <marker>`` names a test's processes: a confined command's process ids are its own
+    namespace's, not the host's, and another copy of the suite may run beside this one."""
+    return f"100.{secrets.randbelow(10**9):09d}"
+
+
+def sleeping(marker: str) -> list[psutil.Process]:
+    """The live ``sleep <marker>`` processes of this host."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] == ["sleep", marker] and not gone(proc.pid):
+            found.append(proc)
+    return found

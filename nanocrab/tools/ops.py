@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import os
 import secrets
@@ -277,7 +278,12 @@ class LocalOperations:
             raise SandboxUnavailable(status.detail)
         jail = Jail(confinement, workspace=cwd, timeout_s=timeout_s, abi=status.abi, base_env=env)
         with jail:
-            return await self._run(command, cwd, timeout_s, cancel, on_output, None, jail.spawn)
+            outcome = await self._run(command, cwd, timeout_s, cancel, on_output, None, jail.spawn)
+            removed = jail.discard_new_git()
+            if removed:
+                note = NEW_GIT_NOTE.format(", ".join(removed)).encode()
+                outcome = dataclasses.replace(outcome, output=outcome.output + note)
+            return outcome
 
     async def _run(
         self,
@@ -302,6 +308,11 @@ class LocalOperations:
             max_output_bytes=self.max_output_bytes,
         )
 
+
+NEW_GIT_NOTE = (
+    "\n[nanocrab: {} created by this command was removed: it would have had the user's own git "
+    "read configuration and hooks that this command wrote, and run them outside the sandbox]\n"
+)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

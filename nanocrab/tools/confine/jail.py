@@ -5,7 +5,6 @@ call."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import os
@@ -21,13 +20,27 @@ from typing import Any
 
 from nanocrab.tools.confine import landlock, seccomp
 from nanocrab.tools.confine.env import build_env
-from nanocrab.tools.confine.layout import DEVICES, git_mounts, mask_mounts, system_roots
+from nanocrab.tools.confine.layout import (
+    DEVICES,
+    git_mounts,
+    mask_mounts,
+    system_roots,
+    writable_only,
+)
 from nanocrab.tools.confine.spawner import ConfinedChild, SpawnerError, spawn
 from nanocrab.tools.confine.spec import Confinement
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+UNSHARE = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID
+"""Namespaces of every confined command: its own user (an identity map, no capability
+outside), mounts (:func:`~nanocrab.tools.confine.layout.writable_only`), System V IPC and
+POSIX message queues (the runtime user's shared memory stays out of reach) and process ids
+(nothing it starts outlives it: ``zygote._init``); the network's too unless hosts are
+granted."""
 
 MIN_ABI = 3
 """Landlock ABI 3 (Linux 6.2) is the least that confines writes: below it ``truncate(2)`` of
@@ -89,6 +102,14 @@ class Jail:
     ) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="nanocrab-exec-"))
         self._ruleset: landlock.Ruleset | None = None
+        dot_git = workspace / ".git"
+        self._absent: list[Path] = []
+        """What the command must not leave behind that was not there: a ``.git`` (for a call
+        no person approved), ``.git/commondir`` (for any: no git command makes one there)."""
+        if not os.path.lexists(dot_git):
+            self._absent += [] if confinement.approved else [dot_git]
+        elif dot_git.is_dir() and not os.path.lexists(dot_git / "commondir"):
+            self._absent.append(dot_git / "commondir")
         try:
             readable = (*system_roots(), *confinement.read_paths)
             self._ruleset = _ruleset(abi, confinement, readable, (workspace, self.tmp))
@@ -99,21 +120,23 @@ class Jail:
                 readable=(*readable, workspace),
             )
             network = bool(confinement.hosts)
+            git = git_mounts(workspace, whole=not confinement.approved)
             mounts = [
-                *(git_mounts(workspace) if confinement.protect_git else []),
+                *writable_only((workspace, self.tmp)),
+                *(git if confinement.protect_git else []),
                 *mask_mounts(
                     confinement.protected, readable=(*readable, workspace), workspace=workspace
                 ),
             ]
             uid, gid = os.geteuid(), os.getegid()
             self._request: dict[str, Any] = {
-                "unshare": CLONE_NEWUSER | CLONE_NEWNS | (0 if network else CLONE_NEWNET),
+                "unshare": UNSHARE | (0 if network else CLONE_NEWNET),
                 "id_maps": [
                     ["/proc/self/setgroups", "deny"],
                     ["/proc/self/uid_map", f"{uid} {uid} 1"],
                     ["/proc/self/gid_map", f"{gid} {gid} 1"],
                 ],
-                "mounts": [dataclasses.astuple(m) for m in mounts],
+                "mounts": [m.request() for m in mounts],
                 "seccomp": _filter(),
                 "rlimits": _rlimits(confinement, timeout_s),
             }
@@ -136,6 +159,24 @@ class Jail:
     ) -> ConfinedChild:
         """:meth:`start` as a :data:`~nanocrab.tools.process.Spawn` (``env`` is ignored)."""
         return self.start(argv, cwd=cwd, stdout=stdout, stderr=stderr)
+
+    def discard_new_git(self) -> list[str]:
+        """Remove what steers git that the command created (the names, relative to the
+        workspace): a ``.git`` where there was none, after a call no person approved, or a
+        ``.git/commondir`` (it moves where git reads its configuration and hooks from). The
+        user's own ``git`` would take their configuration (``core.fsmonitor``, hooks) for the
+        project's and run it, outside the sandbox. Called once the command has ended — and
+        with it everything it started."""
+        removed = []
+        for path in self._absent:
+            if not os.path.lexists(path):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                _remove_tree(path)
+            else:
+                path.unlink()
+            removed.append(f"{path.parent.name}/{path.name}" if path.name != ".git" else ".git")
+        return removed
 
     def close(self) -> None:
         """Release the ruleset; remove the temporary directory."""

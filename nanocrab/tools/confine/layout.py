@@ -38,6 +38,25 @@ class Mount:
     flags: int
     data: str | None = None
 
+    def request(self) -> list[object]:
+        """As the spawner's request holds it (``nanocrab/tools/confine/zygote.py``)."""
+        return ["mount", self.source, self.target, self.fstype, self.flags, self.data]
+
+
+@dataclass(frozen=True, slots=True)
+class MountAttrs:
+    """One ``mount_setattr(2)`` call: ``set`` and ``clear`` (``MOUNT_ATTR_*``) on the mount at
+    ``path``, and on every mount beneath it when ``recursive``. Unlike a remount it needs no
+    repeat of the flags a user namespace may not clear, and it reaches the whole tree."""
+
+    path: str
+    recursive: bool
+    set: int
+    clear: int = 0
+
+    def request(self) -> list[object]:
+        return ["setattr", self.path, self.recursive, self.set, self.clear]
+
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = (
@@ -55,7 +74,14 @@ ETC_FILES = (
     "os-release", "lsb-release", "debian_version", "python3*",
 )  # fmt: skip
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-GIT_READ_ONLY = ("config", "hooks", "modules")
+GIT_READ_ONLY = ("config", "hooks", "modules", "commondir", "config.worktree", "worktrees")
+"""What in ``.git`` decides where git reads its configuration and hooks from: read-only
+whenever it exists (``commondir`` moves them all, ``worktrees/*`` holds linked worktrees'
+own)."""
+
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
 
 MS_RDONLY = 0x1
 MS_NOSUID = 0x2
@@ -65,6 +91,7 @@ MS_REMOUNT = 0x20
 MS_NOATIME = 0x400
 MS_NODIRATIME = 0x800
 MS_BIND = 0x1000
+MS_REC = 0x4000
 MS_RELATIME = 0x200000
 _LOCKED = (
     (os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC),
@@ -112,9 +139,9 @@ def _plain(path: Path) -> bool:
     return path.exists() and not path.is_symlink()
 
 
-def _readonly_bind(path: Path, locked: int) -> Iterator[Mount]:
+def _readonly_bind(path: Path, locked: int, *, recursive: bool = False) -> Iterator[Mount]:
     target = os.fspath(path)
-    yield Mount(target, target, None, MS_BIND)
+    yield Mount(target, target, None, MS_BIND | (MS_REC if recursive else 0))
     # a user namespace may not clear the flags the original mount has: repeat them
     yield Mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | locked)
 
@@ -125,13 +152,36 @@ def locked_flags(path: Path) -> int:
     return sum(ms for st, ms in _LOCKED if flags & st)
 
 
-def git_mounts(workspace: Path) -> list[Mount]:
-    """Pin ``<workspace>/.git`` and bind its config, hooks and modules read-only. Nothing when
-    there is no ``.git`` directory, or it is a link or a file (a worktree's pointer)."""
+def writable_only(writable: Iterable[Path]) -> list[Mount | MountAttrs]:
+    """Every mount of the sandbox read-only and ``nosuid`` but ``writable`` (the workspace, the
+    private temporary directory: bound onto themselves first, so they are mounts of their own),
+    which stay writable and become ``nosuid,nodev``.
+
+    Landlock decides which files a command may open and create, but not ``chmod``, ``chown``,
+    ``utime`` or extended attributes of a path it can name: without this, a confined command
+    could make the data directory's keys readable to everyone, or a file outside set-uid.
+    A writable tree the host mounted read-only stays read-only (its flag is locked)."""
+    trees = [os.fspath(p) for p in writable]
+    steps: list[Mount | MountAttrs] = [Mount(t, t, None, MS_BIND | MS_REC) for t in trees]
+    steps.append(MountAttrs("/", True, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID))
+    for tree in trees:
+        host_readonly = bool(os.statvfs(tree).f_flag & os.ST_RDONLY)
+        steps.append(MountAttrs(tree, False, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                                0 if host_readonly else MOUNT_ATTR_RDONLY))  # fmt: skip
+    return steps
+
+
+def git_mounts(workspace: Path, *, whole: bool = False) -> list[Mount]:
+    """Pin ``<workspace>/.git`` and bind what of it steers git (:data:`GIT_READ_ONLY`)
+    read-only; ``whole``: all of it read-only (a call no person approved has no reason to
+    write there). Nothing when there is no ``.git`` directory, or it is a link or a file (a
+    worktree's pointer)."""
     git = workspace / ".git"
     if not _plain(git) or not git.is_dir():
         return []
     locked = locked_flags(git)
+    if whole:
+        return list(_readonly_bind(git, locked, recursive=True))
     target = os.fspath(git)
     mounts = [Mount(target, target, None, MS_BIND)]
     for name in GIT_READ_ONLY:

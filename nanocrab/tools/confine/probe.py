@@ -37,7 +37,8 @@ async def host_status() -> SandboxStatus:
 
 def probe() -> SandboxStatus:
     """Check the kernel (Landlock ABI, architecture) and run one confined command that must fail
-    to read a file outside its workspace and to write into ``.git/hooks``."""
+    to read a file outside its workspace, to write into ``.git/hooks`` and to ``chmod`` a file
+    outside."""
     if (problem := supported()) is not None:
         return SandboxStatus.unavailable(problem)
     abi = landlock.abi_version()
@@ -59,7 +60,8 @@ def probe() -> SandboxStatus:
         outside.write_text("")
         script = (
             f"cat {outside} 2>/dev/null && exit 10; "
-            "touch .git/hooks/probe 2>/dev/null && exit 11; exit 0"
+            "touch .git/hooks/probe 2>/dev/null && exit 11; "
+            f"chmod 0 {outside} 2>/dev/null && exit 12; exit 0"
         )
         try:
             with Jail(Confinement(), workspace=workspace, timeout_s=10, abi=abi) as jail:
@@ -70,7 +72,8 @@ def probe() -> SandboxStatus:
         except (OSError, ConfinementError) as exc:
             return SandboxStatus.unavailable(f"the sandbox could not be prepared: {exc}")
     if returncode != 0:
-        what = {10: "a file outside the workspace was readable", 11: ".git/hooks was writable"}
+        what = {10: "a file outside the workspace was readable", 11: ".git/hooks was writable",
+                12: "a file outside the workspace could be chmod-ed"}  # fmt: skip
         failed = what.get(returncode, f"the probe command exited with {returncode}")
         return SandboxStatus.unavailable(f"the sandbox did not hold: {failed}")
     return SandboxStatus(True, _enforced(abi), abi)
@@ -84,7 +87,8 @@ def _run(jail: Jail, script: str, workspace: Path) -> int:
 
 
 def _enforced(abi: int) -> str:
-    parts = [f"Landlock ABI {abi}", "user, mount and network namespaces", "seccomp"]
+    parts = [f"Landlock ABI {abi}", "user, mount, IPC, process-id and network namespaces",
+             "seccomp"]  # fmt: skip
     if abi < 6:
         parts.append("no signal scoping (Landlock ABI < 6)")
     if os.geteuid() == 0:

@@ -10,7 +10,10 @@ the filter refuses, with ``EPERM``:
 - ``io_uring_setup``/``_enter``/``_register`` — io_uring creates sockets without the ``socket``
   system call, around this filter;
 - ``keyctl``, ``add_key``, ``request_key`` — the kernel keyrings, whose session keyring the
-  child would otherwise share with the runtime.
+  child would otherwise share with the runtime;
+- a mode with the set-user-ID or set-group-ID bit in ``chmod`` and the calls that create files
+  (:data:`SET_ID_BITS`); extended attributes are not set (``EOPNOTSUPP``: file capabilities live
+  in one), and ``openat2``, whose mode the filter cannot see, is "not implemented" (``ENOSYS``).
 
 System calls of another ABI than the native one (32-bit ``int 0x80``, x32) are refused whole,
 so none of the above can be reached by another number. The filter is classic BPF assembled here
@@ -31,6 +34,7 @@ _RET_ERRNO = 0x00050000
 _LD_ABS = 0x20
 _JEQ = 0x15
 _JGE = 0x35
+_JSET = 0x45
 _RET = 0x06
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]
 _OFF_NR = 0
@@ -43,13 +47,31 @@ class _Arch:
     audit: int
     socket: int
     blocked: tuple[int, ...]  # io_uring_setup/enter/register, keyctl, add_key, request_key
+    moded: tuple[tuple[int, int], ...]  # (call, index of its mode argument)
+    xattr_set: tuple[int, ...]  # setxattr, lsetxattr, fsetxattr, setxattrat
+    openat2: int
     x32_bit: int = 0
 
 
 _ARCHES = {
-    "x86_64": _Arch(0xC000003E, 41, (425, 426, 427, 250, 248, 249), x32_bit=0x40000000),
-    "aarch64": _Arch(0xC00000B7, 198, (425, 426, 427, 219, 217, 218)),
-}
+    "x86_64": _Arch(
+        0xC000003E, 41, (425, 426, 427, 250, 248, 249),
+        # chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat
+        ((90, 1), (91, 1), (268, 2), (452, 2), (2, 2), (257, 3), (85, 1), (133, 1), (259, 2)),
+        (188, 189, 190, 463), 437, x32_bit=0x40000000,
+    ),
+    "aarch64": _Arch(
+        0xC00000B7, 198, (425, 426, 427, 219, 217, 218),
+        # fchmod, fchmodat, fchmodat2, openat, mknodat
+        ((52, 1), (53, 2), (452, 2), (56, 3), (33, 2)),
+        (5, 6, 7, 463), 437,
+    ),
+}  # fmt: skip
+
+SET_ID_BITS = 0o6000
+"""``S_ISUID | S_ISGID``: a mode with either is refused (``EPERM``) in ``chmod`` and the calls
+that create files. The sandbox's files are the runtime user's: a set-user-ID file made in the
+workspace would run as that user for anyone, as root when the runtime is root."""
 
 
 def supported() -> str | None:
@@ -63,9 +85,10 @@ def supported() -> str | None:
 
 
 def _program(arch: _Arch) -> list[Instruction]:
-    """The filter as (code, jt, jf, k) instructions; jumps are relative, forward only."""
+    """The filter as (code, jt, jf, k) instructions; jumps are relative, forward only. After
+    the ABI checks, one block per rule, each leaving the call's number in the accumulator for
+    the next; a call no block refuses is allowed."""
     deny = _RET_ERRNO | errno.EPERM
-    blocked = list(arch.blocked)
     prog: list[Instruction] = [
         (_LD_ABS, 0, 0, _OFF_ARCH),
         (_JEQ, 1, 0, arch.audit),
@@ -74,19 +97,32 @@ def _program(arch: _Arch) -> list[Instruction]:
     ]
     if arch.x32_bit:
         prog += [(_JGE, 0, 1, arch.x32_bit), (_RET, 0, 0, deny)]
-    # each blocked number jumps to the shared "deny" that ends the program: past the rest of
-    # the block (n - i - 1) and the five socket-check instructions that follow it
-    for i, nr in enumerate(blocked):
-        prog.append((_JEQ, len(blocked) - i + 4, 0, nr))
-    prog += [
-        (_JEQ, 1, 0, arch.socket),
-        (_RET, 0, 0, _RET_ALLOW),
-        (_LD_ABS, 0, 0, _OFF_ARG0),  # socket(domain, ...)
-        (_JEQ, 1, 0, socket.AF_UNIX),
-        (_RET, 0, 0, _RET_ALLOW),
-        (_RET, 0, 0, deny),
-    ]
+    refusals = [(nr, deny) for nr in arch.blocked]
+    # extended attributes: not supported, as on many file systems (copies carry on without);
+    # security.capability would give a file capabilities, and the name cannot be inspected here
+    refusals += [(nr, _RET_ERRNO | errno.EOPNOTSUPP) for nr in arch.xattr_set]
+    # openat2's mode is inside a structure the filter cannot read: "no such call", so C
+    # libraries and runtimes fall back to openat
+    refusals.append((arch.openat2, _RET_ERRNO | errno.ENOSYS))
+    for nr, answer in refusals:
+        prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, answer)]
+    for nr, index in arch.moded:
+        prog += _argument_block(nr, index, (_JSET, 0, 1, SET_ID_BITS), deny)
+    prog += _argument_block(arch.socket, 0, (_JEQ, 0, 1, socket.AF_UNIX), deny)
+    prog.append((_RET, 0, 0, _RET_ALLOW))
     return prog
+
+
+def _argument_block(nr: int, index: int, test: Instruction, deny: int) -> list[Instruction]:
+    """Refuse call ``nr`` when ``test`` (jumping to the next instruction when true, past it
+    when false) holds for the low 32 bits of its argument ``index``."""
+    return [
+        (_JEQ, 0, 4, nr),
+        (_LD_ABS, 0, 0, _OFF_ARG0 + 8 * index),
+        test,
+        (_RET, 0, 0, deny),
+        (_LD_ABS, 0, 0, _OFF_NR),
+    ]
 
 
 Instruction = tuple[int, int, int, int]

@@ -11,19 +11,23 @@ One request per message: a JSON object (``argv``, ``cwd``, ``env``, ``unshare``,
 Landlock ruleset). The forked child starts a session, takes stdout/stderr, ``chdir``s, then
 confines itself in this order and ``exec``s:
 
-1. ``unshare(CLONE_NEWUSER | CLONE_NEWNS [| CLONE_NEWNET])`` and an identity map of its uid and
-   gid (``setgroups`` denied): same owner on every file, no capability outside the new
-   namespaces;
-2. mounts in its private mount namespace (``.git`` pinned, parts of it read-only, protected paths
-   masked);
+1. ``unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID [| CLONE_NEWNET])`` and
+   an identity map of its uid and gid (``setgroups`` denied): same owner on every file, no
+   capability outside the new namespaces;
+2. mounts in its private mount namespace, in the request's order: ``["mount", …]`` is a
+   ``mount(2)``, ``["setattr", path, recursive, set, clear]`` a ``mount_setattr(2)`` (every
+   mount read-only but the workspace's and the temporary directory's, ``.git`` pinned and parts
+   or all of it read-only, protected paths masked);
 3. ``PR_SET_NO_NEW_PRIVS``, the seccomp filter, ``landlock_restrict_self``;
 4. resource limits (``RLIMIT_NPROC`` after the user namespace exists, so it counts the sandbox's
-   own tasks).
+   own tasks);
+5. with a new process-id namespace, a fork: the command runs as its first process and this
+   child waits for it and ends as it ended (``_init``).
 
-The reply is ``{"pid": N}`` once ``exec`` succeeded, or ``{"error": "<step>: <reason>"}`` (the
-child exited, nothing ran). When the command exits, its wait status (``int32``, ``-N`` for
-signal ``N``) is written to its status pipe, which is then closed. End of file on the socket
-ends the spawner.
+The reply is ``{"pid": N}`` (the child's: the command's parent in step 5) once ``exec``
+succeeded, or ``{"error": "<step>: <reason>"}`` (the child exited, nothing ran). When the
+command exits, its wait status (``int32``, ``-N`` for signal ``N``) is written to its status
+pipe, which is then closed. End of file on the socket ends the spawner.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 _SYS_LANDLOCK_RESTRICT_SELF = 446
+_SYS_MOUNT_SETATTR = 442  # the same number on x86_64 and aarch64
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_PR_SET_PDEATHSIG = 1
+_CLONE_NEWPID = 0x20000000
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
@@ -88,9 +97,18 @@ def _confine(req: dict[str, Any], ruleset: int) -> None:
                 os.close(fd)
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, f"write {path}") from None
-    for source, target, fstype, flags, data in req["mounts"]:
-        failed = _libc.mount(_enc(source), _enc(target), _enc(fstype), flags, _enc(data))
-        _check(failed != 0, f"mount {target}")
+    for op, *args in req["mounts"]:
+        if op == "mount":
+            source, target, fstype, flags, data = args
+            failed = _libc.mount(_enc(source), _enc(target), _enc(fstype), flags, _enc(data))
+            _check(failed != 0, f"mount {target}")
+        else:  # "setattr": mount_setattr(2)
+            path, recursive, attr_set, attr_clr = args
+            attr = struct.pack("=QQQQ", attr_set, attr_clr, 0, 0)  # struct mount_attr, v0
+            failed = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(_AT_FDCWD), _enc(path),
+                                   ctypes.c_uint(_AT_RECURSIVE if recursive else 0),
+                                   ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)))  # fmt: skip
+            _check(failed != 0, f"mount_setattr {path}")
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0, "prctl(PR_SET_NO_NEW_PRIVS)")
     prog = req["seccomp"]
     insns = (_SockFilter * len(prog))(*(_SockFilter(*i) for i in prog))
@@ -119,6 +137,9 @@ def _child(req: dict[str, Any], stdout: int, stderr: int, ruleset: int, report: 
         os.dup2(stderr, 2)
         os.chdir(req["cwd"])
         _confine(req, ruleset)
+        os.chdir(req["cwd"])  # again: onto the workspace's own mount, made since
+        if req["unshare"] & _CLONE_NEWPID:
+            _init(req, report, null)  # never returns
         os.execve(req["argv"][0], req["argv"], req["env"])
     except OSError as exc:
         step = exc.filename if isinstance(exc.filename, str) else "exec"
@@ -127,6 +148,43 @@ def _child(req: dict[str, Any], stdout: int, stderr: int, ruleset: int, report: 
         os.write(report, f"spawner: {exc!r}".encode(errors="replace"))
     finally:
         os._exit(127)
+
+
+def _init(req: dict[str, Any], report: int, null: int) -> None:
+    """In the confined child, whose next child is the first of its new PID namespace: start
+    the command as that process, wait for it and end as it ended. When the command ends, the
+    kernel kills every process left in its namespace (a daemon it started, a process that
+    left its session): nothing the command started outlives it. When this process is killed
+    (a time-out), the command is too (``PR_SET_PDEATHSIG``), and with it the rest."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0,
+                   "prctl(PR_SET_PDEATHSIG)")  # fmt: skip
+            os.execve(req["argv"][0], req["argv"], req["env"])
+        except OSError as exc:
+            step = exc.filename if isinstance(exc.filename, str) else "exec"
+            os.write(report, f"{step}: {exc.strerror or exc}".encode(errors="replace"))
+        finally:
+            os._exit(127)
+    code = 127
+    try:
+        os.close(report)  # the spawner reads to end of file: the command's exec closes the rest
+        os.dup2(null, 1)  # the command's output is its own: no copy held open here
+        os.dup2(null, 2)
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:  # killed by a signal: end by the same one, so the status says so
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+    finally:
+        os._exit(code & 0xFF)
 
 
 def _spawn(req: dict[str, Any], fds: list[int], statuses: dict[int, int]) -> dict[str, int | str]:

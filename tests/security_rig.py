@@ -64,12 +64,13 @@ class Rig:
         parent_session_id: str | None = None,
         capabilities: list[Capability] | None = None,
         agent: str = "default",
+        workspace: Path | None = None,
     ) -> str:
         rid = new_event_id()
         sid = session_id or new_event_id()
         common: dict[str, Any] = {"run_id": rid, "task_id": rid, "session_id": sid}
         task = TaskSubmitted(
-            text="security case", workspace=str(self.workspace), agent=agent,
+            text="security case", workspace=str(workspace or self.workspace), agent=agent,
             parent_run_id=parent_run_id, parent_session_id=parent_session_id,
             capabilities=capabilities, **common,
         )  # fmt: skip

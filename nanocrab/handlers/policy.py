@@ -80,6 +80,8 @@ from nanocrab.security import KeyRing, binding_hash, sign, verify
 logger = logging.getLogger(__name__)
 
 SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
+Remembered = tuple[str, str]
+"""A session approval: its id and the run it was given in (whose workspace it covers)."""
 PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
 ResourcesOf = Callable[[str, Mapping[str, Any]], CallResources | None]  # connectors' resources
 CAPABILITY_TOOL = "capability"
@@ -158,7 +160,7 @@ class PolicyHandler:
         self.loader = RunLoader(log)
         self.grant_ttl = timedelta(seconds=policy.grant_ttl)
         self.approval_ttl = timedelta(seconds=policy.approval.timeout)
-        self.sessions: OrderedDict[SessionKey, str] = OrderedDict()  # → the covering approval
+        self.sessions: OrderedDict[SessionKey, Remembered] = OrderedDict()
         self.open: dict[str, _Open] = {}  # approval id → waiting request
         self.recovered = asyncio.Event()
 
@@ -258,10 +260,9 @@ class PolicyHandler:
                 return self._in_step(state, event, decision, step)
         if decision.tier == "guarded" and not event.guardrail and self._may_share(state, decision):
             remembered = self.sessions.get(self._session_key(state, decision, event.tool))
-            if remembered is not None:
-                return [
-                    self._grant(state, event, decision, approval_id=remembered, remembered=True)
-                ]
+            if remembered is not None and await self._same_workspace(state, remembered[1]):
+                approval, _ = remembered
+                return [self._grant(state, event, decision, approval_id=approval, remembered=True)]
         if not self.approvers:
             reason = (
                 f"{decision.tier} call needs an approval and no approver is configured "
@@ -386,6 +387,21 @@ class PolicyHandler:
         assert task is not None
         session = task.parent_session_id if task.parent_run_id else task.session_id
         return (task.tenant, session or "", decision.rule or "", tool)
+
+    async def _same_workspace(self, state: RunState, approved_in: str) -> bool:
+        """Whether the run ``approved_in`` (where a session approval was given) worked in this
+        run's workspace: a rule's ``${workspace}`` is each task's own, and a session spans
+        tasks (the CLI keeps one per data directory, whatever the directory it runs in), so
+        "writes in the workspace, for the session" must not reach another one."""
+        task = state.task
+        assert task is not None
+        if approved_in == state.run_id:
+            return True
+        origin = (await self.loader.state(approved_in)).task
+        if origin is None:
+            return False
+        here = workspace_of(task, self.default_workspace)
+        return workspace_of(origin, self.default_workspace) == here
 
     @staticmethod
     def _may_share(state: RunState, decision: Decision) -> bool:
@@ -518,7 +534,7 @@ class PolicyHandler:
         )
         if session and state.task is not None and state.task.session_id:
             key = (state.task.tenant, state.task.session_id, request.rule or "", request.tool)
-            self._remember(key, request.approval_id)
+            self._remember(key, (request.approval_id, state.run_id))
         return self._sign(state, grant)
 
     # -- run ends, expiry, recovery ----------------------------------------------------------
@@ -573,12 +589,12 @@ class PolicyHandler:
             and verify(event, {self.keypair.public_key.decode()}) is None
         ):
             key = (event.tenant, event.session_id, event.rule or "", event.tool)
-            self._remember(key, event.approval_id or "")
+            self._remember(key, (event.approval_id or "", event.run_id or ""))
 
-    def _remember(self, key: SessionKey, approval_id: str) -> None:
+    def _remember(self, key: SessionKey, remembered: Remembered) -> None:
         """Note a "for the session" approval, keeping the ``SESSION_CAPACITY`` most recent: a
         session older than those is asked again (stricter, never looser)."""
-        self.sessions[key] = approval_id
+        self.sessions[key] = remembered
         self.sessions.move_to_end(key)
         while len(self.sessions) > SESSION_CAPACITY:
             self.sessions.popitem(last=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 from functools import partial
 
 import nats.errors
@@ -17,6 +19,8 @@ from nanocrab.bus.errors import BusError
 from nanocrab.bus.log import EventLog
 from nanocrab.bus.permissions import artifact_bucket
 from nanocrab.events import ArtifactRef
+
+log = logging.getLogger(__name__)
 
 
 async def ensure_bucket(js: JetStreamContext, cfg: BusConfig) -> None:
@@ -78,7 +82,27 @@ class JetStreamArtifacts:
 
     async def read(self, key: str) -> bytes:
         """The bytes stored under ``key`` (an ``ImageBlock.artifact``, an ``ArtifactRef.key``).
-        Raises the client's ``nats.errors.Error`` (``ObjectNotFoundError`` for no such key)."""
+        Raises the client's ``nats.errors.Error`` (``ObjectNotFoundError`` for no such key,
+        :class:`ArtifactMismatch` for bytes that are not the ones the key names).
+
+        The key's first part is the bytes' SHA-256, and it is checked: an identity with rights
+        on the bucket (the CLI, the gateway) can store an object again under an existing key,
+        and what a reader passes on — a tool's full output, an image the model is shown, a
+        replay — must be what was stored when the event naming it was written."""
         store = await self._obj()
         result = await store.get(key)
-        return bytes(result.data or b"")
+        data = bytes(result.data or b"")
+        digest = key.split("/", 1)[0]
+        if _DIGEST.fullmatch(digest) and hashlib.sha256(data).hexdigest() != digest:
+            log.warning("artifact %s: the stored bytes do not have the digest its key names "
+                        "(rewritten in the object store?): not read", key)  # fmt: skip
+            raise ArtifactMismatch(description=f"artifact {key}: stored bytes do not match")
+        return data
+
+
+class ArtifactMismatch(ObjectNotFoundError):
+    """An object whose bytes are not the ones its key's digest names: as good as missing (a
+    reader never passes them on)."""
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")

@@ -300,9 +300,52 @@ async def test_an_approved_call_writes_git_but_not_what_steers_it(repo: Path) ->
                         Confinement(tier="guarded"))  # fmt: skip
     assert ".git/commondir created by this command was removed" in text_of(again)
     assert not (ws / ".git" / "commondir").exists()
+    shutil.rmtree(ws / ".git" / "hooks")  # a repository made without hooks (git init --template=)
+    planted = await exec_(ws, "mkdir .git/hooks && echo evil > .git/hooks/pre-commit",
+                          Confinement(tier="guarded"))  # fmt: skip
+    assert ".git/hooks created by this command was removed" in text_of(planted)
+    assert not (ws / ".git" / "hooks").exists()
     assert not (ws / ".git" / "hooks" / "pre-commit").exists()
     assert (ws / ".git").is_dir() and not (ws / ".git-old").exists()
     assert (ws / ".git" / "description").read_text() == "fine\n"
+
+
+def git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "protocol.file.allow=always", "-c", "user.name=t",
+                    "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)  # fmt: skip
+
+
+@confined_host
+async def test_a_worktree_or_submodule_pointer_cannot_be_redirected(tmp_path: Path) -> None:
+    """A ``.git`` *file* (``gitdir: …``) says where git finds the repository: a linked
+    worktree's, and a checked-out submodule's, which a top-level ``git status`` goes into. Each
+    is read-only, for approved calls too, and the directories above a submodule's cannot be
+    renamed away (a new pointer would take their place)."""
+    main = tmp_path / "main"
+    main.mkdir()
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for repo in (main, lib):
+        git("init", "-q", cwd=repo)
+        (repo / "f.txt").write_text("f\n")
+        git("add", "f.txt", cwd=repo)
+        git("commit", "-qm", "one", cwd=repo)
+    git("submodule", "add", "-q", str(lib), "vendor/lib", cwd=main)
+    git("commit", "-qm", "sub", cwd=main)
+    git("worktree", "add", "-q", str(tmp_path / "wt"), cwd=main)
+    worktree = (tmp_path / "wt").resolve()
+    pointers = {p: p.read_text() for p in (worktree / ".git", main / "vendor" / "lib" / ".git")}
+    attack = (
+        "mkdir -p .evil && echo 'gitdir: .evil' > .git; echo 'gitdir: .evil' > vendor/lib/.git; "
+        "mv vendor v2; mv vendor/lib vendor/l2; rm -rf vendor/lib; echo done"
+    )
+    for workspace in (worktree, main.resolve()):
+        for confinement in (Confinement(), Confinement(tier="guarded")):
+            result = await exec_(workspace, attack, confinement)
+            assert "done" in text_of(result), text_of(result)
+    assert {p: p.read_text() for p in pointers} == pointers
+    assert not (main / "v2").exists() and not (main / "vendor" / "l2").exists()
 
 
 @confined_host

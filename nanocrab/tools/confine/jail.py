@@ -105,11 +105,14 @@ class Jail:
         dot_git = workspace / ".git"
         self._absent: list[Path] = []
         """What the command must not leave behind that was not there: a ``.git`` (for a call
-        no person approved), ``.git/commondir`` (for any: no git command makes one there)."""
+        no person approved), ``.git/commondir``, ``hooks`` or ``config.worktree`` (for an
+        approved one — they are bound read-only where they exist; no git command makes them in
+        an existing repository)."""
         if not os.path.lexists(dot_git):
             self._absent += [] if confinement.approved else [dot_git]
-        elif dot_git.is_dir() and not os.path.lexists(dot_git / "commondir"):
-            self._absent.append(dot_git / "commondir")
+        elif dot_git.is_dir() and confinement.protect_git:
+            steering = (dot_git / n for n in ("commondir", "hooks", "config.worktree"))
+            self._absent += [p for p in steering if not os.path.lexists(p)]
         try:
             readable = (*system_roots(), *confinement.read_paths)
             self._ruleset = _ruleset(abi, confinement, readable, (workspace, self.tmp))

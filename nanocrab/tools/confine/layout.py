@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -172,23 +173,59 @@ def writable_only(writable: Iterable[Path]) -> list[Mount | MountAttrs]:
 
 
 def git_mounts(workspace: Path, *, whole: bool = False) -> list[Mount]:
-    """Pin ``<workspace>/.git`` and bind what of it steers git (:data:`GIT_READ_ONLY`)
-    read-only; ``whole``: all of it read-only (a call no person approved has no reason to
-    write there). Nothing when there is no ``.git`` directory, or it is a link or a file (a
-    worktree's pointer)."""
-    git = workspace / ".git"
-    if not _plain(git) or not git.is_dir():
-        return []
-    locked = locked_flags(git)
-    if whole:
-        return list(_readonly_bind(git, locked, recursive=True))
-    target = os.fspath(git)
-    mounts = [Mount(target, target, None, MS_BIND)]
-    for name in GIT_READ_ONLY:
-        path = git / name
-        if _plain(path):
-            mounts += _readonly_bind(path, locked)
+    """Protect what of the workspace's git metadata the user's own ``git`` would later act on:
+    its ``.git`` and that of every submodule ``.gitmodules`` lists (a top-level ``git status``
+    goes into each). A ``.git`` directory is pinned (it cannot be renamed or replaced) with what
+    steers git (:data:`GIT_READ_ONLY`) bound read-only, or, ``whole``, all of it read-only (a
+    call no person approved has no reason to write there); a ``.git`` *file* — a worktree's or
+    a submodule's pointer, ``gitdir: …`` — is bound read-only. A submodule's directory and the
+    ones above it are pinned too: a directory that holds a mount can still be renamed, and a
+    new one put in its place. A ``.git`` that is a symbolic link is left alone (a mount on it
+    would land on its target)."""
+    mounts: list[Mount] = []
+    pinned: set[Path] = set()
+    for repo in (workspace, *submodules(workspace)):  # parents before what they hold
+        git = repo / ".git"
+        if not _plain(git):
+            continue
+        inner = repo.relative_to(workspace)
+        for directory in [*reversed(inner.parents), inner]:
+            path = workspace / directory
+            if path != workspace and path not in pinned:
+                pinned.add(path)
+                mounts.append(Mount(os.fspath(path), os.fspath(path), None, MS_BIND))
+        locked = locked_flags(git)
+        if git.is_file() or whole:
+            mounts += _readonly_bind(git, locked, recursive=git.is_dir())
+            continue
+        target = os.fspath(git)
+        mounts.append(Mount(target, target, None, MS_BIND))
+        for name in GIT_READ_ONLY:
+            path = git / name
+            if _plain(path):
+                mounts += _readonly_bind(path, locked)
     return mounts
+
+
+_SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.MULTILINE)
+
+
+def submodules(workspace: Path) -> list[Path]:
+    """The submodule directories ``<workspace>/.gitmodules`` lists that lie inside the
+    workspace with no symbolic link on the way, parents first."""
+    try:
+        text = (workspace / ".gitmodules").read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for raw in _SUBMODULE_PATH.findall(text):
+        relative = raw.strip('"')
+        path = workspace / relative
+        if not relative or os.path.isabs(relative) or _real(path) != path:
+            continue
+        if path != workspace and is_within(path, workspace) and path.is_dir():
+            found.append(path)
+    return sorted(set(found), key=lambda p: (len(p.parts), p))
 
 
 def mask_mounts(

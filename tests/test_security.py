@@ -533,3 +533,24 @@ async def test_the_audit_is_kept_on_postgres_too(log, engine, tmp_path) -> None:
         run = await rig.start_run()
         call = await rig.call(run, "read", {"path": "../x"})
         await denied(rig, run, call)
+
+
+async def test_code_given_a_writable_workspace_is_approved_one_call_at_a_time(
+    log, sqlite_engine, tmp_path  # type: ignore[no-untyped-def]
+) -> None:
+    """``python`` with ``write: true`` mounts the whole workspace writable, ``.git/config`` and
+    hooks included: "for the session" is not offered, and an answer that asks for it anyway
+    covers the one call, so the session's next script is asked about again."""
+    from nanocrab.policy import load_policy
+
+    async with security_rig(log, sqlite_engine, tmp_path, load_policy(None)) as rig:
+        run = await rig.start_run(session_id="session-py")
+        benign = await rig.call(run, "python", {"code": "print(1)", "write": True})
+        request = await rig.approval(run, benign)
+        assert request.tier == "guarded" and request.options == ["once"]
+        await rig.log.append(rig.answer(request, remember="session"))
+        grant = await rig.wait(run, GrantIssued, lambda e: e.call_id == benign)
+        assert grant.remember == "once"
+        planted = await rig.call(run, "python", {"code": "print(2)", "write": True})
+        await rig.approval(run, planted)  # asked again
+        await rig.audit(planted, lambda r: r.status == "awaiting_approval")

@@ -233,10 +233,15 @@ class PolicyHandler:
         )
         if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
             decision = await self._capability_tier(event, decision)
+        # asked each time: a call the guardrails flagged; code given a writable workspace (the
+        # WASM sandbox mounts all of it writable, .git/config and hooks included: a session's
+        # approval of one harmless script would let the next plant what the user's git runs)
+        once_only = bool(event.guardrail)
         if decision.tier != "deny" and event.tool == "python" and event.arguments.get("write"):
             # a writable workspace is a write, whatever the rule for sandboxed reads said; the
             # binding hash keeps ``write: true`` from being added after the approval
             decision = _raised(decision, "guarded", "the code asks for a writable workspace")
+            once_only = True
         if decision.tier != "deny" and event.guardrail:
             # the guardrails asked a person (handlers/guardrails.py): never a session's approval
             decision = _raised(decision, "guarded", f"guardrail: {event.guardrail}")
@@ -258,7 +263,7 @@ class PolicyHandler:
                 step, event.tool, list(decision.capabilities), workspace
             ):
                 return self._in_step(state, event, decision, step)
-        if decision.tier == "guarded" and not event.guardrail and self._may_share(state, decision):
+        if decision.tier == "guarded" and not once_only and self._may_share(state, decision):
             remembered = self.sessions.get(self._session_key(state, decision, event.tool))
             if remembered is not None and await self._same_workspace(state, remembered[1]):
                 approval, _ = remembered
@@ -286,8 +291,7 @@ class PolicyHandler:
                 binding_hash=binding_hash(event.tool, event.arguments, resources, nonce),
                 nonce=nonce,
                 expires_at=utcnow() + self.approval_ttl,
-                options=["once", "session"]
-                if decision.tier == "guarded" and not event.guardrail
+                options=["once", "session"] if decision.tier == "guarded" and not once_only
                 else ["once"],
                 run_id=state.run_id,
             )
@@ -517,7 +521,8 @@ class PolicyHandler:
     def _approved(
         self, state: RunState, call: CallState, request: ApprovalRequested, answer: ApprovalGranted
     ) -> GrantIssued:
-        session = answer.remember == "session" and request.tier == "guarded"
+        session = (answer.remember == "session" and request.tier == "guarded"
+                   and "session" in request.options)  # only when it was offered
         grant = GrantIssued(
             grant_id=derive_event_id("grant", request.call_id, 0),
             call_id=request.call_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,21 @@ class NoArtifacts:
         self, name: str, data: bytes, *, media_type: str = "text/plain", preview: str = ""
     ) -> ArtifactRef:
         raise AssertionError(f"unexpected artifact {name!r} ({len(data)} bytes)")
+
+
+class KeptArtifacts:
+    """For tests whose tool may store a large output: kept in memory, by name."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, bytes] = {}
+
+    async def put(
+        self, name: str, data: bytes, *, media_type: str = "text/plain", preview: str = ""
+    ) -> ArtifactRef:
+        self.kept[name] = data
+        digest = hashlib.sha256(data).hexdigest()
+        return ArtifactRef(bucket="test", key=f"{digest}/{name}", size=len(data), sha256=digest,
+                           media_type=media_type, preview=preview)  # fmt: skip
 
 
 class Recorder:

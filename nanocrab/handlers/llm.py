@@ -169,7 +169,7 @@ class LlmHandler:
         turn = next((t for t in reversed(state.turns) if t.index == event.turn), None)
         if state.task is None or state.terminal or turn is None:
             return []
-        if turn.response is not None or turn.failure is not None:
+        if turn.response is not None or turn.failure is not None or turn.refused is not None:
             return []
         if self.agents is not None and state.started is not None:
             started = state.started

@@ -111,6 +111,8 @@ class TurnState:
     response: LlmResponded | None = None
     failure: LlmFailed | None = None
     calls: list[CallState] = field(default_factory=list)
+    refused: str | None = None
+    """Why the turn's response was not believed (it reuses a tool call id): the run ends."""
 
     @property
     def tool_uses(self) -> list[ToolUseBlock]:
@@ -233,6 +235,8 @@ class RunState:
     def apply(self, event: Event, seq: int = 0) -> None:
         """Fold one event in (events must come in log order)."""
         if isinstance(event, ToolRequested) and not self._believed(event, seq):
+            return
+        if isinstance(event, LlmResponded) and not self._distinct_calls(event, seq):
             return
         self.events.append(event)
         self.seq = max(self.seq, seq)
@@ -370,6 +374,26 @@ class RunState:
         else:
             return True
         self.reject(event, seq, why)
+        return False
+
+    def _distinct_calls(self, event: LlmResponded, seq: int) -> bool:
+        """Whether the tool calls of ``event`` (a turn's response) have ids of their own. A
+        call id is what verdicts, approvals, grants and the audit know a call by: one used
+        again — in the same response, or after an earlier turn's — would take the first call's
+        "allow" and approval for another call (the model, or a compromised ``llm`` identity,
+        chooses the ids). Such a response is kept aside and its turn refused: the run ends."""
+        turn = self._turn(event.turn)
+        if turn is None or turn.response is not None or turn.refused is not None:
+            return True  # no such turn, or answered already: the fold ignores it anyway
+        seen = {c.call_id for t in self.turns for c in t.calls}
+        ids = [b.id for b in event.content if isinstance(b, ToolUseBlock)]
+        repeated = sorted({i for i in ids if i in seen or ids.count(i) > 1})
+        if not repeated:
+            return True
+        why = (f"llm.responded {event.id}: tool call id {', '.join(repeated)} used before in "
+               "this run; a call id must name one call")  # fmt: skip
+        self.reject(event, seq, why)
+        turn.refused = why
         return False
 
     def _turn(self, index: int) -> TurnState | None:

@@ -180,6 +180,8 @@ def _decide(
             return _finish_failed(state, "agent", f"the agent failed: {turn.failure.message}")
         reason = f"the model call failed ({turn.failure.kind}): {turn.failure.message}"
         return _finish_failed(state, "llm", reason)
+    if turn.refused is not None:
+        return _finish_failed(state, "llm", f"the model's response was refused: {turn.refused}")
     if turn.response is None:
         return []  # waiting for the model
     steer = _cleared(state, "steer")

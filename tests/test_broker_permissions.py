@@ -14,9 +14,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import nkeys
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import ConsumerConfig, StreamConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from nanocrab import demo
@@ -506,3 +507,32 @@ def test_a_server_without_permissions_is_not_reused_and_says_how_to_stop_it(
 async def _open_session(cfg: BusConfig) -> None:
     async with bus_session(cfg):
         pass
+
+
+async def test_an_identity_uses_its_own_durable_and_no_other(
+    bus: Connector, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compromised identity must not pull and acknowledge another handler's deliveries (an
+    acknowledged delivery is never redelivered) nor change its filter (the handler would stall,
+    silently): both were reproduced as ``llm`` against the executor's and the policy's durables
+    before consumers were limited to one's own."""
+    cfg = bus.cfg
+    admin = await bus.open(ADMIN)
+    stream = cfg.log_stream
+    await admin.js.add_consumer(stream, ConsumerConfig(durable_name="executor",
+                                                       filter_subject=f"{cfg.root}.>"))  # fmt: skip
+    await (await bus.open("cli")).append(TaskSubmitted(text="x", run_id=new_event_id()))
+    llm = await bus.open("llm")
+    await never_answered(llm.js.add_consumer(
+        stream, ConsumerConfig(durable_name="executor", filter_subject="nothing.>")))  # fmt: skip
+    await never_answered(llm.js.delete_consumer(stream, "executor"))
+    sub = await llm.js.pull_subscribe_bind("executor", stream=stream)
+    with pytest.raises(nats.errors.TimeoutError):
+        await sub.fetch(1, timeout=1)
+    info = await admin.js.consumer_info(stream, "executor")
+    assert info.config.filter_subject == f"{cfg.root}.>" and info.num_pending >= 1
+    own = await llm.js.add_consumer(stream, ConsumerConfig(durable_name="llm",
+                                                           filter_subject=f"{cfg.root}.>"))  # fmt: skip
+    assert own.name == "llm"
+    (msg,) = await (await llm.js.pull_subscribe_bind("llm", stream=stream)).fetch(1, timeout=5)
+    await msg.ack()

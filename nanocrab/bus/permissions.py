@@ -176,8 +176,13 @@ def observer_allow(name: str) -> list[str]:
     their identities, which is why :func:`check_observer_name` refuses those names.
     """
     check_observer_name(name)
+    return [*OBSERVER_READ_API, *durable_rights(name)]
+
+
+def durable_rights(name: str) -> list[str]:
+    """Creating, pulling from, acknowledging and deleting the durable consumer named ``name``
+    (an identity's own: a handler's durable is named after its identity)."""
     return [
-        *OBSERVER_READ_API,
         f"$JS.API.CONSUMER.CREATE.*.{name}",
         f"$JS.API.CONSUMER.CREATE.*.{name}.>",
         f"$JS.API.CONSUMER.DURABLE.CREATE.*.{name}",
@@ -238,7 +243,11 @@ def publish_allow(identity: str, cfg: BusConfig) -> list[str]:
         return [">"]
     if identity not in MAY_PUBLISH:
         raise KeyError(f"unknown identity {identity!r}; known: {', '.join(IDENTITIES)}")
-    allow = [*READ_API, *event_subjects(MAY_PUBLISH[identity], cfg)]
+    # server-named consumers (ordered feeds, replays) and the durable named after itself: a
+    # compromised identity must not reconfigure, drain or acknowledge another's durable (an
+    # acknowledged delivery is never redelivered; a changed filter stalls the handler)
+    allow = [*OBSERVER_READ_API, *durable_rights(identity),
+             *event_subjects(MAY_PUBLISH[identity], cfg)]  # fmt: skip
     if identity in (EXECUTOR, RELOADER, CLI, GATEWAY):
         # (the CLI and the gateway store the images a task carries: TaskSubmitted.images)
         # put = chunks and meta on $O.<bucket>.>; no purge: keys are content-addressed, an

@@ -203,11 +203,9 @@ class Projector:
                 mem_storage=True,
             ),
         )
-        try:
-            return int(info.num_pending or 0)
-        finally:
-            with contextlib.suppress(*_RESUBSCRIBE_ERRORS):
-                await self.log.js.delete_consumer(stream, info.name)
+        # not deleted: the server drops it after 5 s without a pull (an identity may delete
+        # only its own durable, bus/permissions.py — a refused request is never answered)
+        return int(info.num_pending or 0)
 
     def stop(self) -> None:
         self._stopping.set()

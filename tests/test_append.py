@@ -6,7 +6,7 @@ import pytest
 
 from nanocrab.bus import AppendConflict, EventLog, Expect, Reaction, read, read_run
 from nanocrab.bus.log import H_MSG_ID
-from nanocrab.bus.runtime import append_chained, append_reaction
+from nanocrab.bus.reactions import append_chained, append_reaction
 from nanocrab.events import (
     GuardrailChecked,
     LlmDelta,

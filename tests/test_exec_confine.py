@@ -27,7 +27,7 @@ from nanocrab.policy import Policy, PolicyError, load_policy
 from nanocrab.tools import LocalOperations, ToolContext, ToolRegistry, ToolResult, default_tools
 from nanocrab.tools.confine import Confinement, Limits, SandboxStatus, landlock, probe, spawner
 from nanocrab.tools.confine.env import build_env, secret_like
-from tests.test_tools_support import KeptArtifacts, make_ctx, sleep_marker, sleeping
+from tests.test_tools_support import MemoryArtifacts, make_ctx, sleep_marker, sleeping
 
 HOST = probe()
 confined_host = pytest.mark.skipif(not HOST.available, reason=f"no sandbox here: {HOST.detail}")
@@ -559,7 +559,7 @@ def _as_nobody(workspace: Path, command: str, limits: Limits, timeout_s: float =
                 ops=FAST_KILL,
                 timeout_s=timeout_s,
                 confinement=Confinement(limits=limits),
-                artifacts=KeptArtifacts(),  # a bomb's "Cannot fork" lines may pass the cap
+                artifacts=MemoryArtifacts(),  # a bomb's "Cannot fork" lines may pass the cap
             )
             result = asyncio.run(
                 ToolRegistry(default_tools()).invoke("exec", {"command": command}, ctx)
@@ -616,7 +616,7 @@ def test_a_fork_bomb_is_contained() -> None:
             os.chown(workspace, 65534, 65534)
             out = _as_nobody(workspace, command, limits, timeout_s=5)
         else:
-            ctx = make_ctx(workspace, ops=FAST_KILL, timeout_s=5, artifacts=KeptArtifacts(),
+            ctx = make_ctx(workspace, ops=FAST_KILL, timeout_s=5, artifacts=MemoryArtifacts(),
                            confinement=Confinement(limits=limits))  # fmt: skip
             tools = ToolRegistry(default_tools())
             out = text_of(asyncio.run(tools.invoke("exec", {"command": command}, ctx)))

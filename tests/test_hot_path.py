@@ -18,8 +18,8 @@ from nanocrab.bus import (
     RuntimeOptions,
     read_run,
 )
+from nanocrab.bus.reactions import append_reaction
 from nanocrab.bus.reactor import handling
-from nanocrab.bus.runtime import append_reaction
 from nanocrab.events import (
     Event,
     LlmRequested,

@@ -20,7 +20,6 @@ from nanocrab.bus import EventLog, read_run
 from nanocrab.bus.artifacts import JetStreamArtifacts
 from nanocrab.cli.follow import with_images
 from nanocrab.events import (
-    ArtifactRef,
     ImageBlock,
     ReadDetails,
     RunCompleted,
@@ -42,7 +41,7 @@ from .test_llm_anthropic import (
     text_block,
     tool_block,
 )
-from .test_tools_support import make_ctx
+from .test_tools_support import MemoryArtifacts, make_ctx
 
 
 def png(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -55,21 +54,6 @@ def noisy_jpeg(width: int, height: int) -> bytes:
     buf = io.BytesIO()
     Image.effect_noise((width, height), 120).convert("RGB").save(buf, format="JPEG", quality=95)
     return buf.getvalue()
-
-
-class MemoryArtifacts:
-    """An in-memory object store keyed like the real one (``<sha256>/<name>``)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, bytes] = {}
-
-    async def put(
-        self, name: str, data: bytes, *, media_type: str = "text/plain", preview: str = ""
-    ) -> ArtifactRef:
-        digest = hashlib.sha256(data).hexdigest()
-        self.objects[f"{digest}/{name}"] = data
-        return ArtifactRef(bucket="mem", key=f"{digest}/{name}", size=len(data), sha256=digest,
-                           media_type=media_type, preview=preview)  # fmt: skip
 
 
 # --- the read tool -------------------------------------------------------------------------------

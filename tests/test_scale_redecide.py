@@ -12,7 +12,7 @@ shifts past an id that belongs to another stored event.
 from __future__ import annotations
 
 from nanocrab.bus import EventLog, Expect, Reaction, read_run
-from nanocrab.bus.runtime import append_reaction, stamp
+from nanocrab.bus.reactions import append_reaction, stamp
 from nanocrab.cli.agent import new_task
 from nanocrab.events import ReplySent, RunCompleted
 

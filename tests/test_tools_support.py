@@ -23,18 +23,19 @@ class NoArtifacts:
         raise AssertionError(f"unexpected artifact {name!r} ({len(data)} bytes)")
 
 
-class KeptArtifacts:
-    """For tests whose tool may store a large output: kept in memory, by name."""
+class MemoryArtifacts:
+    """An in-memory object store keyed like the real one (``<sha256>/<name>``), for tests whose
+    tool may store a large output or an image."""
 
     def __init__(self) -> None:
-        self.kept: dict[str, bytes] = {}
+        self.objects: dict[str, bytes] = {}
 
     async def put(
         self, name: str, data: bytes, *, media_type: str = "text/plain", preview: str = ""
     ) -> ArtifactRef:
-        self.kept[name] = data
         digest = hashlib.sha256(data).hexdigest()
-        return ArtifactRef(bucket="test", key=f"{digest}/{name}", size=len(data), sha256=digest,
+        self.objects[f"{digest}/{name}"] = data
+        return ArtifactRef(bucket="mem", key=f"{digest}/{name}", size=len(data), sha256=digest,
                            media_type=media_type, preview=preview)  # fmt: skip
 
 

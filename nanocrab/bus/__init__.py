@@ -13,9 +13,10 @@ from nanocrab.bus.errors import (
     TransientError,
 )
 from nanocrab.bus.log import Appended, EventLog, Expect, RawMessage, append_traced
+from nanocrab.bus.reactions import stamp
 from nanocrab.bus.reactor import Delivery, Reaction, Reactor
 from nanocrab.bus.replay import Stored, Window, read, read_run
-from nanocrab.bus.runtime import HandlerRuntime, RuntimeOptions, stamp
+from nanocrab.bus.runtime import HandlerRuntime, RuntimeOptions
 from nanocrab.bus.server import EmbeddedServer, server_binary
 from nanocrab.bus.subjects import Subjects, sanitize_token
 

@@ -271,7 +271,7 @@ class EventLog:
         (``Nats-Expected-Last-Msg-Id``), so it lands only right behind it, with nothing of any
         writer in between. Returns what was newly stored, a prefix of ``events`` in order
         (empty when the first was refused or already stored); the caller appends the rest the
-        careful way, one round trip each (:func:`nanocrab.bus.runtime.append_chained`). The
+        careful way, one round trip each (:func:`nanocrab.bus.reactions.append_chained`). The
         guard is stricter than the careful way's (the whole stream rather than the run's
         scope), so an event another run slipped in between costs only that fallback."""
         messages = []

@@ -42,8 +42,8 @@ import msgspec
 from nanocrab.agents import enabled_tools
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
+from nanocrab.bus.reactions import append_reaction
 from nanocrab.bus.replay import Window, read
-from nanocrab.bus.runtime import append_reaction
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,

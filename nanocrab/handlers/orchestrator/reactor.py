@@ -30,13 +30,13 @@ import nats.errors
 from nanocrab.agents import profile
 from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import AppendConflict, BusError, PublishRefused, TransientError
-from nanocrab.bus.replay import read
-from nanocrab.bus.runtime import (
+from nanocrab.bus.reactions import (
     append_chained,
     append_decision_pipelined,
     append_reaction,
     stamp,
 )
+from nanocrab.bus.replay import read
 from nanocrab.events import (
     EVENT_TYPES,
     BusDeadLettered,

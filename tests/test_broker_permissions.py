@@ -62,7 +62,9 @@ from nanocrab.events import (
     RunFailed,
     SubagentSpawned,
     TaskSubmitted,
+    TextBlock,
     ToolCompleted,
+    ToolResolved,
     new_event_id,
     utcnow,
 )
@@ -207,6 +209,20 @@ async def test_cli_can_neither_issue_grants_nor_answer_approvals(bus: Connector)
 
 async def test_executor_cannot_answer_an_approval(bus: Connector) -> None:
     await assert_refused(bus, "executor", answer(new_event_id()))
+
+
+async def test_only_the_executor_publishes_tool_completed(bus: Connector) -> None:
+    """The orchestrator settles its own tools' calls with ``tool.resolved``; a result under the
+    executor's type from it is refused (the run state would believe it for a granted call)."""
+    run = new_event_id()
+    result = ToolCompleted(call_id="c1", tool="write", content=[TextBlock("done")], run_id=run)
+    await assert_refused(bus, "orchestrator", result)
+    await (await bus.open("executor")).append(result)
+    assert await stored(bus, run, result)
+    own = ToolResolved(call_id="c2", tool="spawn", content=[TextBlock("child said")], run_id=run)
+    await (await bus.open("orchestrator")).append(own)
+    assert await stored(bus, run, own)
+    await assert_refused(bus, "executor", ToolResolved(call_id="c3", tool="write", run_id=run))
 
 
 async def test_policy_issues_grants(bus: Connector) -> None:

@@ -13,6 +13,7 @@ from nanocrab.events import (
     LlmResponded,
     MessageQueued,
     ReplySent,
+    RouteDecided,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -71,6 +72,23 @@ def test_a_task_starts_the_run_and_asks_the_model() -> None:
     out = decide(state_of(task()), utcnow())
     assert types(out) == ["run.started", "llm.requested"]
     assert out[1].turn == 0 and "read" in out[1].tools  # type: ignore[attr-defined]
+
+
+def test_a_route_counts_only_for_a_task_that_asked_for_one_on_a_routing_runtime() -> None:
+    """An adversarial pass, as the router: a ``route.decided`` naming ``default`` for a task
+    that named ``explorer`` (read-only tools) started it as ``default`` and ``exec`` ran."""
+    widen = RouteDecided(agent="default", run_id=RUN)
+    named = decide(state_of(task(agent="explorer"), widen), utcnow(), routed=True)
+    assert isinstance(started_ := named[0], RunStarted) and started_.agent == "explorer"
+    assert "exec" not in named[1].tools  # type: ignore[attr-defined]
+    child = task(agent="explorer", parent_run_id="p", parent_call_id="c", parent_session_id="s")
+    out = decide(state_of(child, widen), utcnow(), routed=True)
+    assert out[0].agent == "explorer"  # type: ignore[attr-defined]
+    narrow = RouteDecided(agent="explorer", run_id=RUN)
+    off = decide(state_of(task(), narrow), utcnow(), routed=False)
+    assert off[0].agent == "default", "no routing: the task's own agent"
+    routed = decide(state_of(task(), narrow), utcnow(), routed=True)
+    assert routed[0].agent == "explorer", "a task naming none goes where it is routed"
 
 
 def test_tool_calls_run_one_at_a_time_then_the_next_turn() -> None:
@@ -186,7 +204,7 @@ def test_spawn_starts_a_child_run_and_its_answer_returns_as_the_tool_result() ->
                            responded(0, text="config is in app.toml")], 1):  # fmt: skip
         child.apply(msgspec_replace_run(e, child_task.run_id or ""), i)
     finish = decide(child, utcnow())
-    assert types(finish) == ["reply.sent", "run.completed", "subagent.completed", "tool.completed"]
+    assert types(finish) == ["reply.sent", "run.completed", "subagent.completed", "tool.resolved"]
     back = finish[3]
     assert isinstance(back, ToolCompleted) and back.run_id == RUN and back.call_id == "c1"
     assert isinstance(finish[2], SubagentCompleted)

@@ -89,7 +89,7 @@ def test_tool_calls_wait_for_their_verdict_and_a_blocked_one_is_answered_not_run
     assert decide(state_of(*base), utcnow()) == []
     blocked = verdict("tool_call", "c1", "block", reason="exfiltration endpoint")
     out = decide(state_of(*base, blocked), utcnow())
-    assert [e.type for e in out] == ["tool.completed"]  # c2 still waits for its verdict
+    assert [e.type for e in out] == ["tool.resolved"]  # c2 still waits for its verdict
     refused = out[0]
     assert isinstance(refused, ToolCompleted) and refused.error_kind == "denied"
     assert "exfiltration endpoint" in refused.content[0].text  # type: ignore[union-attr]

@@ -264,10 +264,10 @@ def test_a_plan_decision_landing_one_event_at_a_time_is_completed_not_repeated(
         return s
 
     accepted = decide(state(), utcnow())
-    assert [e.type for e in accepted] == ["plan.created", "tool.completed"]
+    assert [e.type for e in accepted] == ["plan.created", "tool.resolved"]
     history.append(accepted[0])  # only plan.created landed
     again = decide(state(), utcnow())
-    assert [e.type for e in again] == ["tool.completed"], "the plan is not recorded twice"
+    assert [e.type for e in again] == ["tool.resolved"], "the plan is not recorded twice"
     history.append(again[0])
     opened = decide(state(), utcnow())
     assert [e.type for e in opened] == ["plan.step_started", "llm.requested"]

@@ -57,9 +57,9 @@ _DEAD_LETTERS = ("bus.dead_lettered", "bus.malformed")
 MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     ORCHESTRATOR: (
         "task.submitted", "run.*", "llm.requested", "tool.requested", "tool.skipped",
-        # the ``spawn`` pseudo-tool is run by the orchestrator itself: it completes the parent's
-        # call when the child run ends (handlers/orchestrator/decide.py)
-        "tool.completed",
+        # the results of the calls it settles itself (``spawn``, ``plan``, a call the guardrails
+        # blocked); ``tool.completed`` is the executor's alone (events/tools.py: ToolResolved)
+        "tool.resolved",
         "subagent.*", "reply.sent", "session.archived", "plan.*",
         "message.queued", "budget.exceeded", *_DEAD_LETTERS,
     ),

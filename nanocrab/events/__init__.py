@@ -116,10 +116,12 @@ from nanocrab.events.tool_details import (
     WriteDetails,
 )
 from nanocrab.events.tools import (
+    ORCHESTRATOR_TOOLS,
     ToolCompleted,
     ToolErrorKind,
     ToolOutput,
     ToolRequested,
+    ToolResolved,
     ToolSkipped,
     ToolStarted,
 )
@@ -140,6 +142,7 @@ __all__ = [
     "ENVELOPE_FIELDS",
     "EVENT_TYPES",
     "MAX_SOURCE_BYTES",
+    "ORCHESTRATOR_TOOLS",
     "RUN_ENDS",
     "AgentHealth",
     "AgentLogged",
@@ -244,6 +247,7 @@ __all__ = [
     "ToolErrorKind",
     "ToolOutput",
     "ToolRequested",
+    "ToolResolved",
     "ToolResultBlock",
     "ToolSkipped",
     "ToolStarted",

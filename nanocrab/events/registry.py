@@ -66,6 +66,7 @@ from nanocrab.events.tools import (
     ToolCompleted,
     ToolOutput,
     ToolRequested,
+    ToolResolved,
     ToolSkipped,
     ToolStarted,
 )
@@ -75,7 +76,7 @@ AnyEvent = (
     | RouteDecided | GuardrailChecked | AlertRaised
     | PlanCreated | PlanStepStarted | PlanStepCompleted | PlanStepFailed
     | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
-    | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolSkipped
+    | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolResolved | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
     | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved | CapabilityInvoked
     | GrantIssued | GrantDenied | GrantRevoked | SecurityRejected

@@ -68,6 +68,36 @@ class ToolCompleted(Event, frozen=True, tag="tool.completed"):
     duration_ms: float = 0.0
 
 
+class ToolResolved(ToolCompleted, frozen=True, tag="tool.resolved"):
+    """The result of a call the orchestrator settles itself, the only kind it may publish (the
+    broker lets only the executor publish ``tool.completed``): the result of a call to one of
+    :data:`ORCHESTRATOR_TOOLS`, granted by the policy like any other, or the refusal of a call
+    the guardrails blocked before it reached the policy. A subclass of :class:`ToolCompleted`, so
+    whatever reads a call's result reads both.
+
+    Believed only where :func:`orchestrator_may_resolve` says so: a resolution of a call the
+    executor runs (it holds a grant for another tool), or a refusal no guardrail verdict stands
+    behind, is ignored by the run state and the audit — a compromised orchestrator cannot make a
+    granted call look refused, or completed without running (docs/security.md)."""
+
+
+ORCHESTRATOR_TOOLS: frozenset[str] = frozenset({"spawn", "plan"})
+"""The tools the orchestrator runs itself (on a grant, like any other): their results are
+``tool.resolved`` events."""
+
+
+def orchestrator_may_resolve(
+    resolved: ToolResolved, *, granted_tool: str | None, requested: bool, blocked: bool
+) -> bool:
+    """Whether ``resolved`` may stand as the result of its call: the call's signed grant is for
+    a tool the orchestrator runs (``granted_tool``), or it is a refusal of a call that never
+    went to the policy (``requested``: a ``tool.requested`` for it was seen) and that a
+    guardrail verdict blocked (``blocked``)."""
+    if granted_tool is not None:
+        return granted_tool in ORCHESTRATOR_TOOLS
+    return resolved.is_error and blocked and not requested
+
+
 class ToolSkipped(Event, frozen=True, tag="tool.skipped"):
     call_id: str
     tool: str

@@ -52,6 +52,7 @@ from nanocrab.events import (
     TaskSubmitted,
     TextBlock,
     ToolCompleted,
+    ToolResolved,
     ToolUseBlock,
     derive_event_id,
 )
@@ -106,7 +107,7 @@ def consumed(chain: Chain) -> tuple[type[Event], ...]:
     if "task_input" in guarded:
         types += [RunStarted, MessageQueued]
     if "tool_output" in guarded:
-        types.append(ToolCompleted)
+        types += [ToolCompleted, ToolResolved]  # a subagent's answer is tool output too
     if guarded & {"tool_call", "reply"}:
         types.append(LlmResponded)
     return tuple(types)
@@ -169,8 +170,13 @@ def _jobs(chain: Chain, state: RunState, event: Event) -> list[_Job]:
                 jobs.append(("task_input", event.id, event.text, None, None))
         case ToolCompleted():
             blocked = state.verdict("tool_call", event.call_id)
-            # a call the guardrails refused has no output to check (its result is their own)
-            if state.guarded("tool_output") and (
+            call = state.call(event.call_id)
+            # a call the guardrails refused has no output to check (its result is their own);
+            # nor has a result the run does not believe (a tool.resolved for a call the
+            # executor runs): its verdict would stand for the real one
+            done = call.completed if call is not None else None
+            believed = call is None or (done is not None and done.id == event.id)
+            if state.guarded("tool_output") and believed and (
                 blocked is None or blocked.action not in ("block", "redact")
             ):
                 text = "\n".join(b.text for b in event.content if isinstance(b, TextBlock))

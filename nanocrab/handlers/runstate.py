@@ -6,6 +6,8 @@ stored on another subject than their own (``bus/placement.py``, found by the loa
 ``tool.requested`` that is not the model's call — a second request for a call already requested
 (the first stands), or one whose tool or arguments differ from the ``tool_use`` block of that
 call in ``llm.responded``. So a call's ``requested`` is always exactly what the model asked for.
+The same for a ``tool.resolved`` the orchestrator may not publish for its call
+(:func:`~nanocrab.events.tools.orchestrator_may_resolve`): the call waits for its real result.
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ from nanocrab.events import (
     TaskSubmitted,
     ToolCompleted,
     ToolRequested,
+    ToolResolved,
     ToolSkipped,
     ToolStarted,
     ToolUseBlock,
 )
+from nanocrab.events.tools import orchestrator_may_resolve
 
 Status = Literal["new", "running", "completed", "failed", "cancelled"]
 Answer = ApprovalGranted | ApprovalDenied | ApprovalExpired
@@ -236,6 +240,8 @@ class RunState:
         """Fold one event in (events must come in log order)."""
         if isinstance(event, ToolRequested) and not self._believed(event, seq):
             return
+        if isinstance(event, ToolResolved) and not self._resolves(event, seq):
+            return
         if isinstance(event, LlmResponded) and not self._distinct_calls(event, seq):
             return
         self.events.append(event)
@@ -351,6 +357,24 @@ class RunState:
                 self.placeholders.update(event.placeholders_added)
             case _:
                 pass
+
+    def _resolves(self, event: ToolResolved, seq: int) -> bool:
+        """Whether the orchestrator's result stands for its call; one that does not (a call the
+        executor runs, a refusal no blocking verdict stands behind) is kept aside in
+        ``rejected``, and the call waits for its real result."""
+        call = self.call(event.call_id)
+        if call is None or call.completed is not None:
+            return True  # folded as any result is: nothing, or the first one stands
+        verdict = self.verdicts.get(("tool_call", call.call_id))
+        blocked = verdict is not None and verdict.action in ("block", "redact")
+        granted = call.grant.tool if call.grant is not None else None
+        requested = call.requested is not None
+        if orchestrator_may_resolve(
+            event, granted_tool=granted, requested=requested, blocked=blocked
+        ):
+            return True
+        self.reject(event, seq, "the orchestrator settled a call it does not run")
+        return False
 
     def _believed(self, event: ToolRequested, seq: int) -> bool:
         """Whether ``event`` is the request for the model's call. One that is not is kept aside

@@ -51,6 +51,7 @@ from nanocrab.events import (
     RunCompleted,
     RunFailed,
     ToolCompleted,
+    ToolResolved,
     derive_event_id,
     utcnow,
 )
@@ -68,8 +69,8 @@ SEEN = 20_000
 
 
 PER_EVENT: tuple[type[Event], ...] = (
-    LlmResponded, LlmFailed, ToolCompleted, GrantIssued, GrantDenied, GuardrailChecked,
-    AgentMetric,
+    LlmResponded, LlmFailed, ToolCompleted, ToolResolved, GrantIssued, GrantDenied,
+    GuardrailChecked, AgentMetric,
 )  # fmt: skip
 """What closes a span or moves a metric within a run: consumed one by one only when ``live``;
 otherwise read from the run's state when the run ends."""

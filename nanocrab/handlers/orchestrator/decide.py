@@ -37,8 +37,8 @@ from nanocrab.events import (
     SubagentSpawned,
     TaskSubmitted,
     TextBlock,
-    ToolCompleted,
     ToolRequested,
+    ToolResolved,
     ToolSkipped,
     child_run_id,
 )
@@ -112,7 +112,9 @@ def _within_budget(
         return out
     request = out[at]
     assert isinstance(request, LlmRequested)
-    over = over_budget(state, budgets, spending, agent=agent_of(state), turn=request.turn)
+    started = next((e for e in out if isinstance(e, RunStarted)), None)
+    agent = started.agent if started is not None else agent_of(state)
+    over = over_budget(state, budgets, spending, agent=agent, turn=request.turn)
     if over is None:
         return out
     if over.on_exceed == "ask":
@@ -158,7 +160,7 @@ def _decide(
             return run_command(state)
         if routed and state.route is None and needs_route(task):
             return []  # waiting for the router
-        prof = profile(agent_of(state), state.config)  # the version it is about to pin
+        prof = profile(agent_of(state, routed=routed), state.config)  # the version it pins
         return [
             RunStarted(
                 agent=prof.name,
@@ -261,13 +263,22 @@ def needs_route(task: TaskSubmitted) -> bool:
     )
 
 
-def agent_of(state: RunState) -> str:
-    """The run's agent: as started, else as routed, else as the task named it."""
+def agent_of(state: RunState, *, routed: bool = True) -> str:
+    """The run's agent: as started, else as routed, else as the task named it.
+
+    A route counts only for a task that asked for one (:func:`needs_route`) on a runtime that
+    routes (``routed``): a ``route.decided`` for a task that named its agent, for a subagent, or
+    with routing off is not believed — the router's identity could otherwise start any run as
+    the broadest agent there is (an adversarial pass turned an ``explorer`` run into a
+    ``default`` one and ran ``exec``)."""
     if state.started is not None:
         return state.started.agent
-    if state.route is not None:
+    task = state.task
+    if task is None:
+        return "default"
+    if routed and state.route is not None and needs_route(task):
         return state.route.agent
-    return state.task.agent if state.task is not None else "default"
+    return task.agent
 
 
 def _request(
@@ -341,7 +352,7 @@ def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
             run_id=run_id,
             session_id=session_id,
         ),
-        ToolCompleted(
+        ToolResolved(
             call_id=task.parent_call_id,
             tool="spawn",
             is_error=is_error,
@@ -360,7 +371,7 @@ def _spawn(state: RunState, call: CallState) -> list[Event]:
         args = SpawnArgs.model_validate(call.arguments)
     except ValidationError as exc:
         return [
-            ToolCompleted(
+            ToolResolved(
                 call_id=call.call_id,
                 tool=call.tool,
                 is_error=True,
@@ -432,10 +443,10 @@ def _opening(state: RunState, guarded: frozenset[str]) -> list[Event]:
     return [_request(state, 0, [])]
 
 
-def guardrail_blocked_call(call: CallState, verdict: GuardrailChecked) -> ToolCompleted:
+def guardrail_blocked_call(call: CallState, verdict: GuardrailChecked) -> ToolResolved:
     """A tool call the guardrails blocked, as the failed result the model reads."""
     reason = verdict.reason or f"blocked by guardrail {', '.join(verdict.fired)}"
-    return ToolCompleted(
+    return ToolResolved(
         call_id=call.call_id,
         tool=call.tool,
         is_error=True,

@@ -31,6 +31,7 @@ from nanocrab.events import (
     PlanStepStarted,
     TextBlock,
     ToolCompleted,
+    ToolResolved,
     derive_event_id,
 )
 from nanocrab.handlers.runstate import CallState, RunState, TurnState
@@ -108,7 +109,7 @@ def wants_plan(state: RunState) -> bool:
     return failed is not None and failed.replan and failed.plan_id == state.plan.plan_id
 
 
-def accept(state: RunState, call: CallState) -> list[ToolCompleted | PlanCreated]:
+def accept(state: RunState, call: CallState) -> list[ToolResolved | PlanCreated]:
     """A granted ``plan`` call: ``plan.created`` and the call's result (the plan read back), or
     the error the model reads when the plan is malformed."""
     try:
@@ -128,7 +129,7 @@ def accept(state: RunState, call: CallState) -> list[ToolCompleted | PlanCreated
         f"{'; resources: ' + ', '.join(s.resources) if s.resources else ''})"
         for i, s in enumerate(steps)
     )
-    out: list[ToolCompleted | PlanCreated] = []
+    out: list[ToolResolved | PlanCreated] = []
     if state.plan is None or state.plan.call_id != call.call_id:
         out.append(created)
     out.append(_result(call, f"Plan accepted (revision {revision}):\n{lines}"))
@@ -194,8 +195,8 @@ def _text(done: ToolCompleted | None) -> str:
     return " ".join(b.text for b in done.content if isinstance(b, TextBlock))[:300]
 
 
-def _result(call: CallState, text: str, *, error: bool = False) -> ToolCompleted:
-    return ToolCompleted(
+def _result(call: CallState, text: str, *, error: bool = False) -> ToolResolved:
+    return ToolResolved(
         call_id=call.call_id,
         tool=TOOL,
         is_error=error,

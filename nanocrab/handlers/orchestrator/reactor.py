@@ -294,7 +294,7 @@ class Orchestrator:
             spending = await self.usage.spending(
                 run_id=run_id,
                 session_id=state.task.session_id,
-                agent=agent_of(state),
+                agent=agent_of(state, routed=self.routed),
                 tenant=state.task.tenant,
             )
             decision = decide(state, now, guarded=self.guarded, routed=self.routed,

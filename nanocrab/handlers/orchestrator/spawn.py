@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from nanocrab.events import ORCHESTRATOR_TOOLS
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolResult
 
 
@@ -37,4 +38,4 @@ class SpawnTool:
         return ToolResult.error("internal", "spawn is run by the orchestrator, not the executor")
 
 
-NATIVE_TOOLS = frozenset({"spawn", "plan"})  # run by the orchestrator (plan.py: the plan tool)
+NATIVE_TOOLS = ORCHESTRATOR_TOOLS  # run by the orchestrator (plan.py: the plan tool)

@@ -25,9 +25,11 @@ from nanocrab.events import (
     TextBlock,
     ToolCompleted,
     ToolRequested,
+    ToolResolved,
     ToolSkipped,
     ToolStarted,
 )
+from nanocrab.events.tools import orchestrator_may_resolve
 from nanocrab.projections.audit.budgets import audit_budgets, budget_answer, budget_row
 from nanocrab.projections.audit.rows import (
     Key,
@@ -207,6 +209,7 @@ class _Fold:
                 c.requested_capabilities = _caps(e.capabilities)
             case GrantIssued():
                 c = self.call((run, e.call_id), e)
+                c.tool = e.tool  # what the policy decided on (a request it refused may differ)
                 # believed until a security.rejected names it (the projection cannot verify
                 # signatures; the executor does, and says so)
                 c.grant_event_id = e.id
@@ -245,17 +248,19 @@ class _Fold:
                 c.backend = e.backend or c.backend
                 if e.grant_id:
                     self.link_grant(c, e.grant_id)
+            case ToolResolved():
+                c = self.call((run, e.call_id), e)
+                granted = c.tool if c.grant_event_id is not None else None
+                requested = c.arguments is not None
+                if c.outcome is None and orchestrator_may_resolve(
+                    e, granted_tool=granted, requested=requested, blocked=True
+                ):
+                    _settle(c, e, "orchestrator")
             case ToolCompleted():
                 c = self.call((run, e.call_id), e)
-                if c.outcome is None:
-                    c.end_at, c.error_kind = e.time, e.error_kind
-                    if e.error_kind == "denied":
-                        c.outcome = "refused"
-                    else:
-                        c.outcome = "failed" if e.is_error else "completed"
-                    if e.is_error:
-                        text = " ".join(b.text for b in e.content if isinstance(b, TextBlock))
-                        c.set_error("tool", text[:ERROR_CHARS] or (e.error_kind or "error"))
+                # the executor's result outranks the orchestrator's: the call ran after all
+                if c.outcome is None or c.settled_by == "orchestrator":
+                    _settle(c, e, "executor")
             case ToolSkipped():
                 c = self.call((run, e.call_id), e)
                 if c.outcome is None:
@@ -381,3 +386,19 @@ class AuditProjection:
         for e in events:
             fold.apply(e)
         await fold.write(conn)
+
+
+def _settle(c: _Call, e: ToolCompleted, by: str) -> None:
+    """``e`` as the call's result; one published before by the orchestrator is replaced."""
+    if c.settled_by == "orchestrator":
+        c.outcome = None
+        if c.error_source == "tool":
+            c.error = c.error_source = None
+    c.end_at, c.error_kind, c.settled_by = e.time, e.error_kind, by
+    if e.error_kind == "denied":
+        c.outcome = "refused"
+    else:
+        c.outcome = "failed" if e.is_error else "completed"
+    if e.is_error:
+        text = " ".join(b.text for b in e.content if isinstance(b, TextBlock))
+        c.set_error("tool", text[:ERROR_CHARS] or (e.error_kind or "error"))

@@ -63,6 +63,9 @@ class AuditRow:
     revoked: bool
     approval_run_id: str | None
     backend: str | None = None  # the operations backend it ran on (ssh:<name>); None: local
+    # who published its result: the executor (tool.completed) or the orchestrator (its own
+    # tools' results and refusals of calls the guardrails blocked: tool.resolved)
+    settled_by: str | None = None
 
     @property
     def duration_ms(self) -> float | None:

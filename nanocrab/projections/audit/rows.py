@@ -99,6 +99,7 @@ class _Call:
     remembered: bool = False
     revoked: bool = False
     backend: str | None = None  # where it ran (tool.started.backend); None: locally
+    settled_by: str | None = None  # executor / orchestrator: whose result ``outcome`` is
 
     @property
     def key(self) -> Key:

@@ -86,6 +86,7 @@ audit_invocations = Table(
     Column("remembered", Boolean, nullable=False),  # fact: granted from a session approval
     Column("revoked", Boolean, nullable=False),
     Column("backend", String(64)),  # tool.started.backend: ssh:<name>; null: the executor's host
+    Column("settled_by", String(16)),  # executor (tool.completed) / orchestrator (tool.resolved)
     # call id first: the key's index also serves a lookup by call id alone
     PrimaryKeyConstraint("call_id", "run_id"),
     Index("ix_audit_invocations_run", "run_id", "requested_at"),

@@ -146,10 +146,13 @@ async def branches_of(
     return out
 
 
-async def origin_of(log: EventLog, session_id: str) -> tuple[int, SessionBranched] | None:
-    """The first ``session.branched`` of ``session_id`` and its sequence, if it is a branch
-    (one direct get: the first message on that subject)."""
-    scope = f"{log.cfg.root}.*.session.{sanitize_token(session_id)}.session.branched"
+async def origin_of(
+    log: EventLog, session_id: str, *, tenant: str = "*"
+) -> tuple[int, SessionBranched] | None:
+    """The first ``session.branched`` of ``session_id`` (of ``tenant``; ``*``: any) and its
+    sequence, if it is a branch (one direct get: the first message on that subject)."""
+    t = tenant if tenant == "*" else sanitize_token(tenant)
+    scope = f"{log.cfg.root}.{t}.session.{sanitize_token(session_id)}.session.branched"
     try:
         msg = await log.js.get_msg(
             log.cfg.log_stream, seq=1, subject=scope, next=True, direct=log.direct

@@ -104,52 +104,62 @@ class Branches:
         self.log = log
         self.reader = reader
         self.capacity = capacity
-        self._origins: OrderedDict[str, tuple[int, SessionBranched] | None] = OrderedDict()
-        self._forks: OrderedDict[str, list[Message]] = OrderedDict()
+        # keyed (tenant, session id): a session of another tenant with the same id is another
+        self._origins: OrderedDict[tuple[str, str], tuple[int, SessionBranched] | None] = (
+            OrderedDict()
+        )
+        self._forks: OrderedDict[tuple[str, str], list[Message]] = OrderedDict()
         self.reads = 0
         """Origin lookups that went to the log (the rest were cached)."""
 
-    async def origin(self, session_id: str, before_seq: int) -> SessionBranched | None:
-        """What opened ``session_id``, when it is a branch opened before ``before_seq``."""
-        if session_id in self._origins:
-            self._origins.move_to_end(session_id)
-            found = self._origins[session_id]
+    async def origin(
+        self, session_id: str, before_seq: int, *, tenant: str = "default"
+    ) -> SessionBranched | None:
+        """What opened ``tenant``'s ``session_id``, when it is a branch opened before
+        ``before_seq``."""
+        key = (tenant, session_id)
+        if key in self._origins:
+            self._origins.move_to_end(key)
+            found = self._origins[key]
         else:
             self.reads += 1
-            found = await origin_of(self.log, session_id)
-            self._remember(self._origins, session_id, found)
+            found = await origin_of(self.log, session_id, tenant=tenant)
+            self._remember(self._origins, key, found)
         if found is None or found[0] >= before_seq:
             return None
         return found[1]
 
     async def history(
-        self, session_id: str, before_seq: int, parent: ParentHistory
+        self, session_id: str, before_seq: int, parent: ParentHistory, *, tenant: str = "default"
     ) -> list[Message]:
         """The shared part of a task's history (points 1 and 2 above); ``[]`` for a session
-        that is no branch."""
-        origin = await self.origin(session_id, before_seq)
+        that is no branch. ``parent``: the history of a session of the same tenant."""
+        origin = await self.origin(session_id, before_seq, tenant=tenant)
         if origin is None:
             return []
-        cached = self._forks.get(session_id)
+        key = (tenant, session_id)
+        cached = self._forks.get(key)
         if cached is not None:
-            self._forks.move_to_end(session_id)
+            self._forks.move_to_end(key)
             return cached
         earlier: list[Message] = []
         if origin.parent_session_id:
             earlier = await parent(
                 origin.parent_session_id, origin.parent_run_id, origin.at_seq + 1
             )
-        state = await self.run_until(origin)
+        state = await self.run_until(origin, tenant=tenant)
         prefix = join(earlier, fork_conversation(state))
         if not unscreened(state):  # else asked again: the verdict is on its way
-            self._remember(self._forks, session_id, prefix)
+            self._remember(self._forks, key, prefix)
         return prefix
 
-    async def run_until(self, origin: SessionBranched) -> RunState:
+    async def run_until(self, origin: SessionBranched, *, tenant: str = "*") -> RunState:
         """The parent run folded from its events up to and including the fork event, with
         every guardrail verdict of the run, later ones too: a text the guardrails redacted or
         blocked after the fork reaches the branch as they left it, never in the original."""
-        raw = await self.reader.after(self.log.subjects.run(origin.parent_run_id), 0)
+        raw = await self.reader.after(
+            self.log.subjects.run(origin.parent_run_id, tenant=tenant), 0
+        )
         events = []
         for m in raw:
             try:
@@ -160,7 +170,9 @@ class Branches:
                 events.append((m.seq, event))
         return fold(origin.parent_run_id, events)
 
-    def _remember(self, cache: OrderedDict[str, _V], key: str, value: _V) -> None:
+    def _remember(
+        self, cache: OrderedDict[tuple[str, str], _V], key: tuple[str, str], value: _V
+    ) -> None:
         cache[key] = value
         cache.move_to_end(key)
         while len(cache) > self.capacity:

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 from tenacity import (
@@ -70,10 +70,16 @@ from nanocrab.tools.registry import ToolRegistry
 if TYPE_CHECKING:  # the guardrails library loads only where guardrails are on
     from nanocrab.handlers.guardrails import Prescreener
 
-SessionHistory = Callable[[str, str, int], Awaitable[list[Message]]]
-"""(session_id, current run_id, task sequence) → the session's messages from before the task,
-oldest first. Implementations must not answer from anything that has not yet seen everything
-before that sequence: :class:`~nanocrab.handlers.sessions.SessionIndex` folds the log itself."""
+class SessionHistory(Protocol):
+    """(session_id, current run_id, task sequence, the task's tenant) → the tenant's session's
+    messages from before the task, oldest first. Implementations must not answer from anything
+    that has not yet seen everything before that sequence, nor from another tenant's session of
+    the same id: :class:`~nanocrab.handlers.sessions.SessionIndex` folds the log itself."""
+
+    def __call__(
+        self, session_id: str, run_id: str, before_seq: int, *, tenant: str
+    ) -> Awaitable[list[Message]]: ...
+
 
 Recall = Callable[[str], Awaitable[MemoryRecalled | None]]
 """A task's text → earlier episodes for its prompt (``None``: nothing close enough):
@@ -272,7 +278,9 @@ class LlmHandler:
             return []
         cached = self._histories.get(state.run_id)
         if cached is None:
-            cached = await self.history(task.session_id, state.run_id, state.task_seq)
+            cached = await self.history(
+                task.session_id, state.run_id, state.task_seq, tenant=task.tenant
+            )
             self._histories[state.run_id] = cached
             while len(self._histories) > CAPACITY:  # runs in flight; older ones re-fetch
                 self._histories.pop(next(iter(self._histories)))

@@ -52,6 +52,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import nats.errors
@@ -108,15 +109,18 @@ class Snapshot(Protocol):
     @property
     def archived(self) -> bool: ...
     @property
-    def rows(self) -> Sequence[tuple[int, str, str, str, str]]:
-        """``(seq, event_id, run_id, role, text)``, oldest first, all at or below ``position``."""
+    def rows(self) -> Sequence[tuple[int, str, str, str, str, bool]]:
+        """``(seq, event_id, run_id, role, text, judged)``, oldest first, all at or below
+        ``position``; ``judged``: a ``task_input`` verdict on the message was folded."""
         ...
 
 
 class SnapshotSource(Protocol):
     """Reads one session up to ``up_to`` at most (its newest ``limit`` rows)."""
 
-    def __call__(self, session_id: str, *, up_to: int, limit: int) -> Awaitable[Snapshot]: ...
+    def __call__(
+        self, session_id: str, *, tenant: str, up_to: int, limit: int
+    ) -> Awaitable[Snapshot]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,12 @@ class Said:
     run_id: str
     role: str
     text: str
+    judged: bool = False  # a task_input verdict on it is folded: a later one changes nothing
+
+
+Key = tuple[str, str]
+"""A session as the index holds it: (tenant, session id). Session ids are chosen by whoever
+submits a task, so two tenants may use the same one; each sees only its own history."""
 
 
 def said(event: Event, seq: int) -> Said | None:
@@ -162,26 +172,38 @@ class SessionEntry:
     """No older message was dropped: ``messages`` is the whole session."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     failed: bool = False
-    screened: dict[str, str] = field(default_factory=dict)
-    """Message event id → the text a guardrail verdict left of it (kept for messages folded or
-    loaded after their verdict)."""
+    screened: dict[str, str | None] = field(default_factory=dict)
+    """Message event id → the text the first guardrail verdict on it left (``None``: as it
+    was), kept for messages folded or loaded after their verdict. The first verdict stands, as
+    in the run's own state: a later one (an identity replaying ``guardrail.checked`` after the
+    run) rewrites no one's words."""
 
     def add(self, message: Said) -> None:
         """Fold a message stored after everything held (a second copy of an event: nothing)."""
         if any(m.event_id == message.event_id for m in self.messages):
             return
-        if (text := self.screened.get(message.event_id)) is not None:
-            message = dataclasses.replace(message, text=text)
+        if not message.judged and message.event_id in self.screened:
+            text = self.screened[message.event_id]
+            message = dataclasses.replace(message, text=message.text if text is None else text,
+                                          judged=True)  # fmt: skip
         self.messages.append(message)
         if len(self.messages) > self.keep:
             del self.messages[0]
             self.complete = False
 
-    def screen(self, event_id: str, text: str) -> None:
-        """A verdict on message ``event_id``: its text is ``text`` from now on, wherever held."""
+    def screen(self, event_id: str, text: str | None) -> None:
+        """A verdict on message ``event_id``: its text is ``text`` from now on (``None``: it
+        stays), wherever held — unless an earlier verdict on it was folded."""
+        if event_id in self.screened:
+            return
+        held = next((m for m in self.messages if m.event_id == event_id), None)
+        if held is not None and held.judged:
+            return
         self.screened[event_id] = text
         self.messages = [
-            dataclasses.replace(m, text=text) if m.event_id == event_id else m
+            dataclasses.replace(m, text=m.text if text is None else text, judged=True)
+            if m.event_id == event_id
+            else m
             for m in self.messages
         ]
 
@@ -235,12 +257,12 @@ class SessionIndex:
         """Stream sequence of the last message folded: nothing at or below it is missing."""
         self.horizon = 0
         """Every session with a history event in ``(horizon, position]`` is in ``_seen``."""
-        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._seen: OrderedDict[Key, tuple[int, int]] = OrderedDict()
         self.log_reads = 0
         """Loads that read the log (the rest were answered by the snapshot and ``_seen``)."""
         self.reader = DirectReader(log.nc, log.cfg.log_stream, leader_only=not log.direct)
         self.branches = Branches(log, self.reader, capacity=capacity)
-        self._cache: OrderedDict[str, SessionEntry] = OrderedDict()
+        self._cache: OrderedDict[Key, SessionEntry] = OrderedDict()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._prefetching: set[asyncio.Task[None]] = set()
         self._sub: JetStreamContext.PushSubscription | None = None
@@ -248,37 +270,46 @@ class SessionIndex:
         self._lock = asyncio.Lock()
         self._filters = [log.subjects.of_type(t) for t in HISTORY_TYPES]
 
-    async def __call__(self, session_id: str, run_id: str, before_seq: int) -> list[Message]:
+    async def __call__(
+        self, session_id: str, run_id: str, before_seq: int, *, tenant: str = "default"
+    ) -> list[Message]:
         """The session's messages stored before ``before_seq`` (oldest first), as model
-        messages; empty once the session was archived before it."""
-        return await self._history(session_id, run_id, before_seq, archived=True)
+        messages; empty once the session was archived before it. Only ``tenant``'s: another
+        tenant's session of the same id is another session."""
+        return await self._history((tenant, session_id), run_id, before_seq, archived=True)
 
-    async def shared(self, session_id: str, run_id: str, before_seq: int) -> list[Message]:
+    async def shared(
+        self, session_id: str, run_id: str, before_seq: int, *, tenant: str = "default"
+    ) -> list[Message]:
         """A branch's parent's messages up to its fork: as :meth:`__call__`, archived or not."""
-        return await self._history(session_id, run_id, before_seq, archived=False)
+        return await self._history((tenant, session_id), run_id, before_seq, archived=False)
 
     async def _history(
-        self, session_id: str, run_id: str, before_seq: int, *, archived: bool
+        self, key: Key, run_id: str, before_seq: int, *, archived: bool
     ) -> list[Message]:
         if before_seq <= 1:
             return []
+        tenant, session_id = key
         try:
             await self._follow()
             rows = None
             if await self._reach(before_seq):
-                entry = await self._entry(session_id)
+                entry = await self._entry(key)
                 rows = entry.history(before_seq, run_id, self.limit, archived=archived)
             if rows is None:  # the consumer is late, or the entry dropped what this needs
-                entry = await self._load(session_id, up_to=before_seq - 1)
+                entry = await self._load(key, up_to=before_seq - 1)
                 rows = entry.history(before_seq, run_id, self.limit, archived=archived) or []
             # a branch: the parent's history up to the fork first (handlers/branches.py)
-            shared = await self.branches.history(session_id, before_seq, self.shared)
+            shared = await self.branches.history(
+                session_id, before_seq, partial(self.shared, tenant=tenant), tenant=tenant
+            )
         except _BUS_ERRORS as exc:
             raise TransientError(f"session history of {session_id}: {exc!r}") from exc
         return join(shared, history_messages(rows)) if shared else history_messages(rows)
 
     def cached(self) -> list[str]:
-        return list(self._cache)
+        """The session ids held (of every tenant)."""
+        return [session_id for _, session_id in self._cache]
 
     async def close(self) -> None:
         async with self._lock:
@@ -334,33 +365,34 @@ class SessionIndex:
         except EventDecodeError:
             event = None  # not history; the handlers' dead-letter path records it
         if event is not None and event.session_id:
+            key = (event.tenant, event.session_id)
             if said(event, seq) is not None or archives(event) or _screens(event):
-                self._see(event.session_id, seq)
-            entry = self._cache.get(event.session_id)
+                self._see(key, seq)
+            entry = self._cache.get(key)
             if entry is None and isinstance(event, TaskSubmitted) and said(event, seq):
-                self._prefetch(event.session_id)
-                entry = self._cache.get(event.session_id)
+                self._prefetch(key)
+                entry = self._cache.get(key)
             if entry is not None:
                 _fold(entry, event, seq)
         self.position = seq
         if self._waiters:
             self._wake()
 
-    def _see(self, session_id: str, seq: int) -> None:
-        first, _ = self._seen.pop(session_id, (seq, seq))
-        self._seen[session_id] = (first, seq)
+    def _see(self, key: Key, seq: int) -> None:
+        first, _ = self._seen.pop(key, (seq, seq))
+        self._seen[key] = (first, seq)
         while len(self._seen) > SEEN:
             _, (_, last) = self._seen.popitem(last=False)
             self.horizon = max(self.horizon, last)
 
-    def _to_read(self, session_id: str, after: int, up_to: int) -> tuple[int, int] | None:
+    def _to_read(self, key: Key, after: int, up_to: int) -> tuple[int, int] | None:
         """The part ``(lo, hi]`` of the log a load of the session up to ``up_to`` must read
         past a snapshot at ``after`` (``None``: nothing). Up to ``horizon`` the index cannot
         tell; after it, the session's history events all lie between the first and the last
         ``_seen`` recorded (none at all when it is not there)."""
         if up_to > self.position:
             return (after, up_to) if after < up_to else None
-        first, last = self._seen.get(session_id, (up_to + 1, 0))
+        first, last = self._seen.get(key, (up_to + 1, 0))
         if last > up_to:
             last = up_to
         if first > last:
@@ -393,46 +425,46 @@ class SessionIndex:
             return False
         return self.position >= seq
 
-    async def _entry(self, session_id: str) -> SessionEntry:
+    async def _entry(self, key: Key) -> SessionEntry:
         """The session's entry, loading it up to the current position if not held."""
-        entry = self._cache.get(session_id)
+        entry = self._cache.get(key)
         if entry is not None:
-            self._cache.move_to_end(session_id)
+            self._cache.move_to_end(key)
             await entry.ready.wait()
             if not entry.failed:
                 return entry
-            return await self._entry(session_id)  # its load failed: try once more, ourselves
-        entry, base = self._open(session_id)
-        await self._fill(session_id, entry, base)
+            return await self._entry(key)  # its load failed: try once more, ourselves
+        entry, base = self._open(key)
+        await self._fill(key, entry, base)
         return entry
 
-    def _open(self, session_id: str) -> tuple[SessionEntry, int]:
+    def _open(self, key: Key) -> tuple[SessionEntry, int]:
         """A new entry, held from now on: live messages after ``base`` fold into it while what
         came up to ``base`` is loaded."""
         entry = SessionEntry(self.keep)
-        self._cache[session_id] = entry
+        self._cache[key] = entry
         while len(self._cache) > self.capacity:
             self._cache.popitem(last=False)
         return entry, self.position
 
-    async def _fill(self, session_id: str, entry: SessionEntry, base: int) -> None:
+    async def _fill(self, key: Key, entry: SessionEntry, base: int) -> None:
         try:
-            entry.prepend(await self._load(session_id, up_to=base))
+            entry.prepend(await self._load(key, up_to=base))
         except BaseException:
             entry.failed = True  # whoever waits on it loads the session again, itself
-            if self._cache.get(session_id) is entry:
-                del self._cache[session_id]
+            if self._cache.get(key) is entry:
+                del self._cache[key]
             raise
         finally:
             entry.ready.set()
 
-    def _prefetch(self, session_id: str) -> None:
+    def _prefetch(self, key: Key) -> None:
         """Start loading a session whose task just arrived, so its first model call finds it
         held (the load overlaps with the orchestrator starting the run)."""
         if len(self._prefetching) >= self.capacity // 4:
             return  # a burst of new sessions: the model calls load them on demand
-        entry, base = self._open(session_id)
-        task = asyncio.create_task(self._fill(session_id, entry, base))
+        entry, base = self._open(key)
+        task = asyncio.create_task(self._fill(key, entry, base))
         self._prefetching.add(task)
         task.add_done_callback(self._prefetched)
 
@@ -441,24 +473,25 @@ class SessionIndex:
         if not task.cancelled():
             task.exception()  # seen: the entry is marked failed and loaded again on demand
 
-    async def _load(self, session_id: str, *, up_to: int) -> SessionEntry:
+    async def _load(self, key: Key, *, up_to: int) -> SessionEntry:
         """The session up to stream sequence ``up_to``: the snapshot's rows, then the log."""
+        tenant, session_id = key
         entry = SessionEntry(self.keep)
         entry.ready.set()
         after = 0
         if self.snapshot is not None:
-            snap = await self.snapshot(session_id, up_to=up_to, limit=self.keep)
+            snap = await self.snapshot(session_id, tenant=tenant, up_to=up_to, limit=self.keep)
             after = snap.position
-            for seq, event_id, run_id, role, text in snap.rows:
-                entry.add(Said(seq, event_id, run_id, role, text))
+            for seq, event_id, run_id, role, text, judged in snap.rows:
+                entry.add(Said(seq, event_id, run_id, role, text, judged))
             entry.complete = len(snap.rows) < self.keep
             if snap.archived:
                 entry.archive(0)
-        part = self._to_read(session_id, after, up_to)
+        part = self._to_read(key, after, up_to)
         if part is not None:
             self.log_reads += 1
             for seq, event in await self._read(*part):
-                if event.session_id == session_id:
+                if event.session_id == session_id and event.tenant == tenant:
                     _fold(entry, event, seq)
         return entry
 
@@ -477,9 +510,9 @@ class SessionIndex:
 
 
 def _screens(event: Event) -> bool:
-    """A verdict that changes a message's text in history (folded like one, so ``_seen``
-    counts it: a load must read it when it lands after the message)."""
-    return isinstance(event, GuardrailChecked) and screened_message(event) is not None
+    """A verdict on a message's text in history (folded like one, so ``_seen`` counts it: a
+    load must read it when it lands after the message)."""
+    return isinstance(event, GuardrailChecked) and event.checkpoint == "task_input"
 
 
 def _fold(entry: SessionEntry, event: Event, seq: int) -> None:
@@ -488,5 +521,6 @@ def _fold(entry: SessionEntry, event: Event, seq: int) -> None:
         entry.add(message)
     elif archives(event):
         entry.archive(seq)
-    elif isinstance(event, GuardrailChecked) and (text := screened_message(event)) is not None:
-        entry.screen(event.target_id, text)
+    elif _screens(event):
+        assert isinstance(event, GuardrailChecked)
+        entry.screen(event.target_id, screened_message(event))

@@ -2,7 +2,10 @@
 
 A session spans many runs. Its messages are the task texts, the replies, and steer / follow-up
 messages of its top-level runs (a subagent's run is a session of its own). ``/new`` archives a
-session: its history no longer feeds new tasks.
+session: its history no longer feeds new tasks. A session is a tenant's: another tenant's session
+of the same id is another session (ids are chosen by whoever submits a task). The first
+``task_input`` verdict on a message decides what history keeps of it (``judged``), as in the
+run's own state.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Boolean,
@@ -23,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    insert,
     inspect,
     select,
     update,
@@ -47,17 +51,20 @@ session_messages = Table(
     metadata,
     Column("seq", StreamSeq, primary_key=True, autoincrement=False),
     Column("event_id", String(64), nullable=False, unique=True),
+    Column("tenant", String(128), nullable=False),
     Column("session_id", String(128), nullable=False),
     Column("run_id", String(128), nullable=False),
     Column("role", String(16), nullable=False),
     Column("text", Text, nullable=False),
+    Column("judged", Boolean, nullable=False),  # a task_input verdict on it was folded
     Column("time", DateTime(timezone=True), nullable=False),
-    Index("ix_session_messages_session", "session_id", "seq"),
+    Index("ix_session_messages_session", "session_id", "tenant", "seq"),
 )
 
 archived_sessions = Table(
     "archived_sessions",
     metadata,
+    Column("tenant", String(128), primary_key=True),
     Column("session_id", String(128), primary_key=True),
     Column("archived", Boolean, nullable=False),
     Column("next_session_id", String(128)),
@@ -86,15 +93,16 @@ class SessionsProjection:
         return f"{subjects.root}.>"
 
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
-        rows, archives, screened = [], [], []
+        rows: list[dict[str, Any]] = []
+        archives: list[dict[str, Any]] = []
+        screened: list[tuple[str, str | None]] = []
         for s in batch:
             e = s.event
             if e is None or not e.session_id or not e.run_id:
                 continue
             match e:
-                case GuardrailChecked():
-                    if (text := screened_message(e)) is not None:
-                        screened.append((e.target_id, text))
+                case GuardrailChecked(checkpoint="task_input"):
+                    screened.append((e.target_id, screened_message(e)))
                     continue
                 case TaskSubmitted(text=text) if not e.parent_run_id and not text.startswith("/"):
                     role = "user"
@@ -104,30 +112,44 @@ class SessionsProjection:
                     role = "assistant"
                 case SessionArchived():
                     archives.append({
-                        "session_id": e.session_id, "archived": True,
+                        "tenant": e.tenant, "session_id": e.session_id, "archived": True,
                         "next_session_id": e.next_session_id, "time": e.time,
                     })  # fmt: skip
                     continue
                 case _:
                     continue
             rows.append({
-                "seq": s.seq, "event_id": e.id, "session_id": e.session_id, "run_id": e.run_id,
-                "role": role, "text": text, "time": e.time,
+                "seq": s.seq, "event_id": e.id, "tenant": e.tenant, "session_id": e.session_id,
+                "run_id": e.run_id, "role": role, "text": text, "judged": False, "time": e.time,
             })  # fmt: skip
         # a second copy of an event adds nothing; a session is archived once (the first wins)
         await bulk_insert(conn, session_messages, rows, unless_exists="event_id")
-        await bulk_insert(conn, archived_sessions, archives, unless_exists="session_id")
-        # a task_input verdict that redacted or blocked a message: history keeps what it left
-        for event_id, text in screened:
+        ar = archived_sessions.c
+        for archive in archives:  # rare (``/new``): one at a time, the first one stays
+            held = select(ar.archived).where(
+                ar.tenant == archive["tenant"], ar.session_id == archive["session_id"]
+            )
+            if await conn.scalar(held) is None:
+                await conn.execute(insert(archived_sessions).values(**archive))
+        # the first task_input verdict on a message: history keeps what it left (a redaction,
+        # a note for a block); later ones change nothing
+        m = session_messages.c
+        for event_id, left in screened:
+            values = {"judged": True} if left is None else {"judged": True, "text": left}
             await conn.execute(
                 update(session_messages)
-                .where(session_messages.c.event_id == event_id)
-                .values(text=text)
+                .where(m.event_id == event_id, m.judged.is_(False))
+                .values(**values)
             )
 
 
 async def session_history(
-    engine: AsyncEngine, session_id: str, exclude_run_id: str, *, limit: int = 200
+    engine: AsyncEngine,
+    session_id: str,
+    exclude_run_id: str,
+    *,
+    tenant: str = "default",
+    limit: int = 200,
 ) -> list[tuple[str, str]]:
     """The session's ``(role, text)`` messages as the projection holds them now (newest
     ``limit``, oldest first), leaving out run ``exclude_run_id``; empty when it was archived.
@@ -136,14 +158,16 @@ async def session_history(
     (``handlers/sessions.py``), which asks :func:`session_snapshot` for a session once.
     """
     async with engine.connect() as conn:
+        ar = archived_sessions.c
         archived = await conn.scalar(
-            select(archived_sessions.c.archived).where(archived_sessions.c.session_id == session_id)
+            select(ar.archived).where(ar.session_id == session_id, ar.tenant == tenant)
         )
         if archived:
             return []
         result = await conn.execute(
             select(session_messages.c.role, session_messages.c.text)
             .where(session_messages.c.session_id == session_id)
+            .where(session_messages.c.tenant == tenant)
             .where(session_messages.c.run_id != exclude_run_id)
             .order_by(session_messages.c.seq.desc())
             .limit(limit)
@@ -157,6 +181,7 @@ class SessionRow(NamedTuple):
     run_id: str
     role: str
     text: str
+    judged: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +196,10 @@ class SessionSnapshot:
 
 
 async def session_snapshot(
-    engine: AsyncEngine, session_id: str, *, up_to: int, limit: int
+    engine: AsyncEngine, session_id: str, *, up_to: int, limit: int, tenant: str = "default"
 ) -> SessionSnapshot:
-    """The session's rows at the projection's checkpoint or ``up_to``, whichever is lower.
+    """``tenant``'s session's rows at the projection's checkpoint or ``up_to``, whichever is
+    lower.
 
     One statement, so one consistent view: the checkpoint commits with every row at or below
     it. What lies between the checkpoint and ``up_to`` is for the caller to read from the log.
@@ -185,16 +211,23 @@ async def session_snapshot(
     A WAL reader never waits for the writer; any error (no file or tables yet, a busy moment)
     falls back to the async path.
     """
-    found_sync = _sync_snapshot(engine, session_id, up_to=up_to, limit=limit)
+    found_sync = _sync_snapshot(engine, session_id, tenant, up_to=up_to, limit=limit)
     if found_sync is not None:
         return _snapshot(found_sync, up_to)
     cp, ar, m = checkpoints.c, archived_sessions.c, session_messages.c
     query = (
-        select(cp.stream_seq, ar.archived, m.seq, m.event_id, m.run_id, m.role, m.text)
+        select(cp.stream_seq, ar.archived, m.seq, m.event_id, m.run_id, m.role, m.text, m.judged)
         .select_from(
-            checkpoints.outerjoin(archived_sessions, ar.session_id == session_id).outerjoin(
+            checkpoints.outerjoin(
+                archived_sessions, and_(ar.session_id == session_id, ar.tenant == tenant)
+            ).outerjoin(
                 session_messages,
-                and_(m.session_id == session_id, m.seq <= cp.stream_seq, m.seq <= up_to),
+                and_(
+                    m.session_id == session_id,
+                    m.tenant == tenant,
+                    m.seq <= cp.stream_seq,
+                    m.seq <= up_to,
+                ),
             )
         )
         .where(cp.name == SessionsProjection.name)
@@ -215,17 +248,19 @@ async def session_snapshot(
 def _snapshot(found: Sequence[Sequence[object]], up_to: int) -> SessionSnapshot:
     if not found:
         return SessionSnapshot(0, False, ())
-    rows = tuple(SessionRow(int(str(r[2])), str(r[3]), str(r[4]), str(r[5]), str(r[6]))
+    rows = tuple(SessionRow(int(str(r[2])), str(r[3]), str(r[4]), str(r[5]), str(r[6]),
+                            bool(r[7]))
                  for r in reversed(found) if r[2] is not None)  # fmt: skip
     return SessionSnapshot(min(int(str(found[0][0])), up_to), bool(found[0][1]), rows)
 
 
 _SNAPSHOT_SQL = (
-    "SELECT cp.stream_seq, ar.archived, m.seq, m.event_id, m.run_id, m.role, m.text "
+    "SELECT cp.stream_seq, ar.archived, m.seq, m.event_id, m.run_id, m.role, m.text, m.judged "
     f"FROM {checkpoints.name} AS cp "
-    f"LEFT OUTER JOIN {archived_sessions.name} AS ar ON ar.session_id = :sid "
+    f"LEFT OUTER JOIN {archived_sessions.name} AS ar "
+    "ON ar.session_id = :sid AND ar.tenant = :tenant "
     f"LEFT OUTER JOIN {session_messages.name} AS m ON m.session_id = :sid "
-    "AND m.seq <= cp.stream_seq AND m.seq <= :up_to "
+    "AND m.tenant = :tenant AND m.seq <= cp.stream_seq AND m.seq <= :up_to "
     "WHERE cp.name = :name ORDER BY m.seq DESC LIMIT :lim"
 )  # the query of session_snapshot, for a plain sqlite3 connection
 
@@ -233,7 +268,7 @@ _readers: weakref.WeakKeyDictionary[AsyncEngine, sqlite3.Connection] = weakref.W
 
 
 def _sync_snapshot(
-    engine: AsyncEngine, session_id: str, *, up_to: int, limit: int
+    engine: AsyncEngine, session_id: str, tenant: str, *, up_to: int, limit: int
 ) -> list[tuple[object, ...]] | None:
     """The snapshot's rows read on this thread, or ``None`` to take the async path."""
     conn = _readers.get(engine)
@@ -242,7 +277,10 @@ def _sync_snapshot(
         if conn is None:
             return None
         _readers[engine] = conn
-    params = {"sid": session_id, "up_to": up_to, "name": SessionsProjection.name, "lim": limit}
+    params = {
+        "sid": session_id, "tenant": tenant, "up_to": up_to, "name": SessionsProjection.name,
+        "lim": limit,
+    }  # fmt: skip
     try:
         found: list[tuple[object, ...]] = conn.execute(_SNAPSHOT_SQL, params).fetchall()
     except sqlite3.Error:

@@ -15,6 +15,7 @@ from nanocrab.bus import EventLog
 from nanocrab.events import (
     Event,
     GuardrailChecked,
+    GuardrailFinding,
     MessageQueued,
     ReplySent,
     RunStarted,
@@ -35,6 +36,14 @@ pytestmark = pytest.mark.timeout(60)
 
 def env(run: str, session: str = "s-1", tenant: str = "default") -> dict[str, Any]:
     return {"run_id": run, "task_id": run, "session_id": session, "source": "t", "tenant": tenant}
+
+
+def email(text: str) -> GuardrailFinding:
+    """The finding of the one e-mail address in ``text`` (a span, as a detector reports it)."""
+    start = text.index(next(w for w in text.split() if "@" in w))
+    end = start + len(next(w for w in text.split() if "@" in w))
+    return GuardrailFinding(filter_id="pii", detector="pii", label="EMAIL", kind="email",
+                            start=start, end=end, score=0.95)  # fmt: skip
 
 
 def texts(messages: list[Message]) -> list[tuple[str, str]]:
@@ -315,7 +324,8 @@ async def test_with_the_projection_lagging_a_new_session_reads_only_its_own_stre
             await log.append(e)
     await log.append(GuardrailChecked(
         checkpoint="task_input", target_id=first.id, action="redact",
-        redacted_text="mail me at <EMAIL_1>", **env("r1", "s-new"),
+        redacted_text="mail me at <EMAIL_1>", findings=[email(first.text)],
+        **env("r1", "s-new"),
     ))  # fmt: skip
     await log.append(ReplySent(text="done", **env("r1", "s-new")))
     t2 = await log.append(TaskSubmitted(text="again", **env("r2", "s-new")))
@@ -377,7 +387,9 @@ async def test_the_first_verdict_on_a_message_stands_in_history(
     kept = "list the files, mail <EMAIL_1>" if first == "redact" else "list the files, mail a@b.io"
     await log.append(GuardrailChecked(
         checkpoint="task_input", target_id=task.event_id, action=first,  # type: ignore[arg-type]
-        redacted_text=kept if first == "redact" else None, **env("r1"),
+        redacted_text=kept if first == "redact" else None,
+        findings=[email("list the files, mail a@b.io")] if first == "redact" else [],
+        **env("r1"),
     ))  # fmt: skip
     await log.append(ReplySent(text="done", **env("r1")))
     index = SessionIndex(log)  # holds s-1 from here on: the forgery is folded live

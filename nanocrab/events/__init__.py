@@ -36,6 +36,7 @@ from nanocrab.events.guardrails import (
     GuardrailChecked,
     GuardrailCheckpoint,
     GuardrailFinding,
+    redaction_holds,
     screened_message,
 )
 from nanocrab.events.hooks import HookApplied, HookPoint
@@ -263,6 +264,7 @@ __all__ = [
     "derive_event_id",
     "new_event_id",
     "payload_fields",
+    "redaction_holds",
     "screened_message",
     "utcnow",
 ]  # fmt: skip

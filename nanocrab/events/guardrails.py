@@ -7,6 +7,7 @@ original, present only when something was redacted.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import msgspec
@@ -76,17 +77,65 @@ class AlertRaised(Event, frozen=True, tag="alert.raised"):
     tool: str | None = None
 
 
-def screened_message(verdict: GuardrailChecked) -> str | None:
-    """What a user's message (a task or a queued message, ``verdict.target_id``) becomes in
-    every later context built from it — a session's history above all — when the
+def screened_message(verdict: GuardrailChecked, original: str) -> str | None:
+    """What a user's message ``original`` (a task or a queued message, ``verdict.target_id``)
+    becomes in every later context built from it — a session's history above all — when the
     ``task_input`` checkpoint redacted or blocked it; ``None`` when it passes unchanged.
 
     Redacted: the redacted text the model saw. Blocked: a note with the reason, never the text
-    (a blocked injection must not reach the next run through its session's history)."""
+    (a blocked injection must not reach the next run through its session's history). A
+    redaction that is not one (:func:`redaction_holds`) is treated as a block."""
     if verdict.checkpoint != "task_input":
         return None
-    if verdict.action == "block":
+    if verdict.action == "block" or not redaction_holds(original, verdict):
         return f"[withheld by a guardrail: {verdict.reason or 'blocked'}]"
     if verdict.redacted_text is not None:
         return verdict.redacted_text
     return None
+
+
+_PLACEHOLDER = re.compile(r"(<[A-Z][A-Z0-9_]*_[0-9]+>)")
+"""What a redaction puts where a finding was (``guardrails/chain.py``: ``<LABEL_n>``)."""
+
+
+def redaction_holds(original: str, verdict: GuardrailChecked) -> bool:
+    """Whether ``verdict.redacted_text`` (if any) is ``original`` with parts the verdict's
+    findings point at replaced by placeholders, and nothing else changed.
+
+    The guardrails' identity may only take words out of a text, never put its own in: every
+    reader uses a redaction only when this holds (the run's context, a session's history), and
+    treats one that does not as a block. (An adversarial pass, as ``guardrails``, put "I approve
+    every write and exec in advance" in a user's words.)"""
+    redacted = verdict.redacted_text
+    if redacted is None:
+        return True
+    spans = sorted((f.start, f.end) for f in verdict.findings if 0 <= f.start < f.end)
+    covered: list[tuple[int, int]] = []  # merged, so a gap's end is one lookup
+    for start, end in spans:
+        if covered and start <= covered[-1][1]:
+            covered[-1] = (covered[-1][0], max(covered[-1][1], end))
+        else:
+            covered.append((start, min(end, len(original))))
+
+    def reach(pos: int) -> int:
+        """How far a placeholder at ``pos`` may stretch: the end of the run of findings that
+        covers ``pos`` (``pos`` itself when none does)."""
+        for start, end in covered:
+            if start <= pos < end:
+                return end
+        return pos
+
+    positions = {0}  # where in ``original`` the redacted text read so far may end
+    for i, token in enumerate(_PLACEHOLDER.split(redacted)):
+        if not token:
+            continue
+        after: set[int] = set()
+        for pos in positions:
+            if original.startswith(token, pos):  # as it was (literal text, or a lookalike)
+                after.add(pos + len(token))
+            if i % 2:  # a placeholder: it stands for original[pos:end], a finding's words
+                after.update(range(pos + 1, reach(pos) + 1))
+        positions = after
+        if not positions:
+            return False
+    return len(original) in positions

@@ -16,6 +16,7 @@ from nanocrab.events import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    redaction_holds,
 )
 from nanocrab.handlers.runstate import CallState, RunState, TurnState
 from nanocrab.llm.base import Message
@@ -42,18 +43,17 @@ def _screened_result(call: CallState, state: RunState) -> ToolResultBlock | None
     images: list[TextBlock | ImageBlock] = [
         b for b in call.completed.content if isinstance(b, ImageBlock)
     ]
-    if verdict is not None and verdict.action == "block":
+    text = "\n".join(b.text for b in call.completed.content if isinstance(b, TextBlock))
+    if verdict is not None and (verdict.action == "block" or not redaction_holds(text, verdict)):
         why = f"withheld by a guardrail: {verdict.reason or 'blocked'}"
         return ToolResultBlock(tool_use_id=call.call_id, content=[TextBlock(why)], is_error=True)
     if verdict is not None and verdict.redacted_text is not None:
         text = verdict.redacted_text
-    else:
-        text = "\n".join(b.text for b in call.completed.content if isinstance(b, TextBlock))
-        if verdict is None and ("tool_output", call.call_id) not in state.prescreened:
-            # guarded, not judged yet and not pre-screened clean: decide() never gets here
-            blocked = state.verdict("tool_call", call.call_id)
-            if blocked is None or blocked.action not in ("block", "redact"):
-                text = "(output not yet screened by the guardrails)"
+    elif verdict is None and ("tool_output", call.call_id) not in state.prescreened:
+        # guarded, not judged yet and not pre-screened clean: decide() never gets here
+        blocked = state.verdict("tool_call", call.call_id)
+        if blocked is None or blocked.action not in ("block", "redact"):
+            text = "(output not yet screened by the guardrails)"
     return ToolResultBlock(
         tool_use_id=call.call_id,
         content=[TextBlock(spotlight(call.tool, text or "(no output)")), *images],

@@ -56,6 +56,7 @@ from nanocrab.events import (
     ToolSkipped,
     ToolStarted,
     ToolUseBlock,
+    redaction_holds,
 )
 from nanocrab.events.tools import orchestrator_may_resolve
 
@@ -223,12 +224,13 @@ class RunState:
 
     def screened(self, checkpoint: str, target_id: str, text: str) -> str | None:
         """``text`` as the guardrails let it through at ``checkpoint``: redacted when the
-        verdict redacted it, ``None`` when the verdict blocked it."""
+        verdict redacted it, ``None`` when the verdict blocked it (or its redaction does not
+        hold: :func:`~nanocrab.events.redaction_holds`)."""
         v = self.verdicts.get((checkpoint, target_id))
         if v is None:
             return text
-        if v.action == "block":
-            return None
+        if v.action == "block" or not redaction_holds(text, v):
+            return None  # a "redaction" that adds words of its own is no redaction
         return v.redacted_text if v.redacted_text is not None else text
 
     def reject(self, event: Event, seq: int, reason: str) -> None:

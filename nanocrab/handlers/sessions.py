@@ -172,40 +172,36 @@ class SessionEntry:
     """No older message was dropped: ``messages`` is the whole session."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     failed: bool = False
-    screened: dict[str, str | None] = field(default_factory=dict)
-    """Message event id → the text the first guardrail verdict on it left (``None``: as it
-    was), kept for messages folded or loaded after their verdict. The first verdict stands, as
-    in the run's own state: a later one (an identity replaying ``guardrail.checked`` after the
-    run) rewrites no one's words."""
+    screened: dict[str, GuardrailChecked] = field(default_factory=dict)
+    """Message event id → the first ``task_input`` verdict on it, kept for messages folded or
+    loaded after their verdict. The first verdict stands, as in the run's own state: a later
+    one (an identity replaying ``guardrail.checked`` after the run) rewrites no one's words."""
 
     def add(self, message: Said) -> None:
         """Fold a message stored after everything held (a second copy of an event: nothing)."""
         if any(m.event_id == message.event_id for m in self.messages):
             return
-        if not message.judged and message.event_id in self.screened:
-            text = self.screened[message.event_id]
-            message = dataclasses.replace(message, text=message.text if text is None else text,
-                                          judged=True)  # fmt: skip
+        verdict = self.screened.get(message.event_id)
+        if not message.judged and verdict is not None:
+            message = _judged(message, verdict)
         self.messages.append(message)
         if len(self.messages) > self.keep:
             del self.messages[0]
             self.complete = False
 
-    def screen(self, event_id: str, text: str | None) -> None:
-        """A verdict on message ``event_id``: its text is ``text`` from now on (``None``: it
-        stays), wherever held — unless an earlier verdict on it was folded."""
+    def screen(self, verdict: GuardrailChecked) -> None:
+        """A ``task_input`` verdict on message ``verdict.target_id``: its text is what the
+        verdict leaves of it from now on, wherever held — unless an earlier verdict on it was
+        folded."""
+        event_id = verdict.target_id
         if event_id in self.screened:
             return
         held = next((m for m in self.messages if m.event_id == event_id), None)
         if held is not None and held.judged:
             return
-        self.screened[event_id] = text
-        self.messages = [
-            dataclasses.replace(m, text=m.text if text is None else text, judged=True)
-            if m.event_id == event_id
-            else m
-            for m in self.messages
-        ]
+        self.screened[event_id] = verdict
+        self.messages = [_judged(m, verdict) if m.event_id == event_id else m
+                         for m in self.messages]  # fmt: skip
 
     def archive(self, seq: int) -> None:
         if self.archived_at is None or seq < self.archived_at:
@@ -523,4 +519,10 @@ def _fold(entry: SessionEntry, event: Event, seq: int) -> None:
         entry.archive(seq)
     elif _screens(event):
         assert isinstance(event, GuardrailChecked)
-        entry.screen(event.target_id, screened_message(event))
+        entry.screen(event)
+
+
+def _judged(message: Said, verdict: GuardrailChecked) -> Said:
+    """``message`` as ``verdict`` leaves it (:func:`~nanocrab.events.screened_message`)."""
+    text = screened_message(verdict, message.text)
+    return dataclasses.replace(message, text=message.text if text is None else text, judged=True)

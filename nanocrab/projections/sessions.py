@@ -95,14 +95,14 @@ class SessionsProjection:
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
         rows: list[dict[str, Any]] = []
         archives: list[dict[str, Any]] = []
-        screened: list[tuple[str, str | None]] = []
+        verdicts: dict[str, GuardrailChecked] = {}
         for s in batch:
             e = s.event
             if e is None or not e.session_id or not e.run_id:
                 continue
             match e:
                 case GuardrailChecked(checkpoint="task_input"):
-                    screened.append((e.target_id, screened_message(e)))
+                    verdicts.setdefault(e.target_id, e)
                     continue
                 case TaskSubmitted(text=text) if not e.parent_run_id and not text.startswith("/"):
                     role = "user"
@@ -134,13 +134,19 @@ class SessionsProjection:
         # the first task_input verdict on a message: history keeps what it left (a redaction,
         # a note for a block); later ones change nothing
         m = session_messages.c
-        for event_id, left in screened:
-            values = {"judged": True} if left is None else {"judged": True, "text": left}
-            await conn.execute(
-                update(session_messages)
-                .where(m.event_id == event_id, m.judged.is_(False))
-                .values(**values)
+        if not verdicts:
+            return
+        ids = list(verdicts)
+        for i in range(0, len(ids), 500):  # far below every backend's bound-parameter limit
+            unjudged = select(m.event_id, m.text).where(
+                m.event_id.in_(ids[i : i + 500]), m.judged.is_(False)
             )
+            for event_id, text in (await conn.execute(unjudged)).all():
+                left = screened_message(verdicts[event_id], text)
+                values = {"judged": True} if left is None else {"judged": True, "text": left}
+                await conn.execute(
+                    update(session_messages).where(m.event_id == event_id).values(**values)
+                )
 
 
 async def session_history(

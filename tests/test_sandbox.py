@@ -355,13 +355,15 @@ async def test_call_function(sandbox: Sandbox) -> None:
 
 
 async def test_a_forged_or_oversized_result_is_contained(sandbox: Sandbox) -> None:
+    # The call channel is read-only and the result travels as a frame on stdout, capped
+    # (tests/test_sandbox_disk.py has the rest).
     forged = "import os\nos.symlink('/etc/passwd', '/.nanocrab/result.json')\nos._exit(0)"
     result = await run_python(sandbox, forged)
-    assert not result.ok and result.error  # not following a symlink; no host file read
-    huge = "open('/.nanocrab/result.json', 'w').write('[' + '0,' * 5_000_000 + '0]')\n"
-    huge += "__import__('os')._exit(0)"
+    assert not result.ok and result.error and "PermissionError" in result.error
+    huge = "'[' + '0,' * 5_000_000 + '0]'"
     result = await run_python(sandbox, huge)
-    assert not result.ok and result.error and "larger than" in result.error
+    assert not result.ok and result.channel_error == "too_large"
+    assert result.error == "the call wrote more than 8 MiB to its result channel"
 
 
 # --- the compiled-module cache ----------------------------------------------------------------

@@ -77,6 +77,11 @@ class Limits:
                       ~1 MiB here, that one overflows first (also ``stack``).
     ``output_bytes``  kept per stream (stdout, stderr); the rest is counted and dropped, and
                       the result's ``*_truncated`` flag is set.
+    ``result_bytes``  what a structured call (``run_python``, ``call_function``) may send
+                      back through its result channel, the JSON of its value, in all; held in
+                      memory, never on disk. Past it the guest's write fails and the call's
+                      error says so (``CallResult.channel_error == "too_large"``). Not used by
+                      ``Sandbox.run``.
     """
 
     fuel: int = 2_000_000_000
@@ -84,11 +89,12 @@ class Limits:
     memory_bytes: int = 256 * 2**20
     stack_bytes: int = 512 * 1024
     output_bytes: int = 64 * 1024
+    result_bytes: int = 8 * 2**20
 
     def __post_init__(self) -> None:
         problems = [
             f"{name} must be positive"
-            for name in ("fuel", "timeout_s", "memory_bytes", "stack_bytes")
+            for name in ("fuel", "timeout_s", "memory_bytes", "stack_bytes", "result_bytes")
             if getattr(self, name) <= 0
         ]
         if self.output_bytes < 0:

@@ -1,13 +1,15 @@
 """Structured calls into the sandbox: a value in, a JSON value out, stdout left to the code.
 
 The host writes the request to ``input.json`` in a private temporary directory, mounted
-writable at :data:`IO_GUEST` for this one invocation, and runs :data:`WRAPPER` (with ``-c``).
-The wrapper executes the user's code in a fresh ``__main__`` module, then writes
-``result.json`` there. Nothing is parsed out of stdout or stderr, which belong to the code.
+**read-only** at :data:`IO_GUEST` for this one invocation, and runs :data:`WRAPPER` (with
+``-c``). The wrapper executes the user's code in a fresh ``__main__`` module, then sends the
+result back as one frame on file descriptor 1 (:mod:`.channel`), which the host takes out of
+stdout and keeps in memory, at most ``Limits.result_bytes``. The guest has no writable
+directory of the host's but the mounts it was given: a call cannot fill the host's disk
+through its channel.
 
-The guest can read and rewrite its own ``result.json``; that only lets it misreport its own
-result. The host reads it without following symlinks, at most :data:`MAX_RESULT_BYTES`, and
-checks its shape.
+The guest can forge its own frame; that only lets it misreport its own result. The host checks
+its size (as it arrives) and its shape.
 
 Writable mounts are snapshotted (``lstat``, links not followed) before and after the run: the
 difference is ``files_written``, and a symlink the run left pointing outside its mount (the
@@ -29,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from nanocrab.sandbox import links
+from nanocrab.sandbox.channel import ChannelError, ResultChannel
 from nanocrab.sandbox.limits import Limits, Mount, SandboxError, SandboxResult
 from nanocrab.sandbox.runtime import Sandbox
 
 log = logging.getLogger(__name__)
 
 IO_GUEST = "/.nanocrab"
-MAX_RESULT_BYTES = 8 * 2**20
 MODULE_NAME = "sandboxed"  # what call_function's source is imported as
 
 _Stat = tuple[int, int, int, int]  # mtime ns, size, inode, lstat mode: links.Snapshot's entries
@@ -44,9 +46,9 @@ _Stat = tuple[int, int, int, int]  # mtime ns, size, inode, lstat mode: links.Sn
 WRAPPER = r"""
 def _nanocrab_main():
     import json, os, sys, types
-    dumps, io_open = json.dumps, open
-    with io_open("/.nanocrab/input.json", encoding="utf-8") as f:
+    with open("/.nanocrab/input.json", encoding="utf-8") as f:
         request = json.load(f)
+    dumps, channel = json.dumps, (bytes.fromhex(request["marker"]), sys.stdout, os.write)
     if request["cwd"]:
         os.chdir(request["cwd"])
         os.environ["PWD"] = request["cwd"]
@@ -57,7 +59,7 @@ def _nanocrab_main():
     except SystemExit as exc:
         status = exc.code
         result = {"ok": status in (None, 0), "type": "SystemExit", "error": f"SystemExit: {status}"}
-        _nanocrab_write(io_open, dumps, result)
+        _nanocrab_write(channel, dumps(result))
         raise
     except BaseException as exc:
         if isinstance(exc, MemoryError):  # free what the code holds before reporting
@@ -76,7 +78,7 @@ def _nanocrab_main():
         while tb is not None and tb.tb_frame.f_code.co_filename != request["filename"]:
             tb = tb.tb_next
         traceback.print_exception(type(exc), exc, tb)
-        _nanocrab_write(io_open, dumps, result)
+        _nanocrab_write(channel, dumps(result))
         raise SystemExit(1)
     try:
         text = dumps(result)
@@ -88,7 +90,7 @@ def _nanocrab_main():
             shown = object.__repr__(value)
         error = f"the value is not JSON-serialisable ({type(value).__name__}: {exc}): {shown}"
         text = dumps({"ok": False, "type": "unserialisable", "error": error})
-    _nanocrab_write(io_open, None, text)
+    _nanocrab_write(channel, text)
 
 
 def _nanocrab_invoke(request, sys, types, created):
@@ -128,10 +130,21 @@ def _nanocrab_drive(coroutine):
         return stop.value
 
 
-def _nanocrab_write(io_open, dumps, result):
-    text = result if dumps is None else dumps(result)
-    with io_open("/.nanocrab/result.json", "w", encoding="utf-8") as f:
-        f.write(text)
+def _nanocrab_write(channel, text):
+    # One frame on fd 1, after the code's own buffered output (nanocrab/sandbox/channel.py).
+    marker, stdout, write = channel
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        stdout.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        for part in (marker + b"%016x" % len(data), data):
+            part = memoryview(part)
+            while part:
+                part = part[write(1, part):]
+    except OSError:  # refused by the host: past the size cap (the host reports it)
+        raise SystemExit(1) from None
 
 
 _nanocrab_main()
@@ -148,7 +161,8 @@ class CallResult:
     writable mounts: paths relative to the mount, or ``<guest path>/<relative>`` when there
     are several writable mounts. ``links_removed`` (named the same way) lists symlinks the
     run left pointing outside their mount, which were removed; they are not in
-    ``files_written``."""
+    ``files_written``. ``channel_error`` types a result the host refused: ``too_large``
+    (more than ``Limits.result_bytes`` sent back; ``error`` says so) or ``malformed``."""
 
     sandbox: SandboxResult
     ok: bool
@@ -156,6 +170,7 @@ class CallResult:
     error: str | None
     files_written: list[str]
     links_removed: list[str] = dataclasses.field(default_factory=list)
+    channel_error: ChannelError | None = None
 
 
 async def run_python(
@@ -204,6 +219,8 @@ async def _invoke(
     if any(m.guest == IO_GUEST or m.guest.startswith(IO_GUEST + "/") for m in mounts):
         raise SandboxError(f"the guest path {IO_GUEST} is reserved for the call channel")
     request["cwd"] = mounts[0].guest if mounts else None  # "/" is not a preopen: stay there
+    channel = ResultChannel((limits or sandbox.limits).result_bytes)
+    request["marker"] = channel.marker.hex()
     try:
         encoded = json.dumps(request, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -212,13 +229,23 @@ async def _invoke(
     io_dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="nanocrab-call-"))
     try:
         before = await asyncio.to_thread(_prepare, io_dir, encoded, writable)
-        channel = Mount(io_dir, IO_GUEST, writable=True)
-        result = await sandbox.run(WRAPPER, mounts=[*mounts, channel], limits=limits)
-        payload = await asyncio.to_thread(_read_result, io_dir / "result.json")
+        io_mount = Mount(io_dir, IO_GUEST, writable=False)
+        result = await sandbox.run(
+            WRAPPER, mounts=[*mounts, io_mount], limits=limits, channel=channel
+        )
         files, removed = await asyncio.to_thread(_settle, writable, before)
     finally:
         await asyncio.to_thread(shutil.rmtree, io_dir, ignore_errors=True)
-    return _call_result(result, payload, files, removed)
+    if channel.error is not None:
+        error = _CHANNEL_ERRORS[channel.error].format(mib=channel.cap / 2**20)
+        return CallResult(result, False, None, error, files, removed, channel.error)
+    return _call_result(result, _parse_result(channel.payload), files, removed)
+
+
+_CHANNEL_ERRORS: dict[ChannelError, str] = {
+    "too_large": "the call wrote more than {mib:g} MiB to its result channel",
+    "malformed": "the result channel carried a malformed frame",
+}
 
 
 _Before = tuple[dict[str, _Stat], set[str]]  # a mount's snapshot, its links that point outside
@@ -249,19 +276,11 @@ def _call_result(
     return CallResult(result, False, None, error, files, removed)
 
 
-def _read_result(path: Path) -> dict[str, Any]:
-    """The guest's ``result.json``, or ``{"error": ...}`` saying what is wrong with it; an
-    absent file is ``{}`` (the guest stopped before writing it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+def _parse_result(raw: bytes | None) -> dict[str, Any]:
+    """The guest's result frame (already within the cap), or ``{"error": ...}`` saying what is
+    wrong with it; none is ``{}`` (the guest stopped before sending it)."""
+    if raw is None:
         return {}
-    except OSError as exc:
-        return {"error": f"the result could not be read: {exc.strerror}"}
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read(MAX_RESULT_BYTES + 1)
-    if len(raw) > MAX_RESULT_BYTES:
-        return {"error": f"the result is larger than {MAX_RESULT_BYTES:,} bytes of JSON"}
     try:
         payload = json.loads(raw)
     except ValueError:

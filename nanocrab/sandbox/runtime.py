@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ import wasmtime
 
 from nanocrab.sandbox import clock, links
 from nanocrab.sandbox.cache import Interpreter, find_interpreter, load_module, new_engine
+from nanocrab.sandbox.channel import ResultChannel
 from nanocrab.sandbox.limits import (
     WASM_PAGE,
     Limits,
@@ -91,7 +92,7 @@ class _Sink:
 
     __slots__ = ("__weakref__", "capture")
 
-    def __init__(self, capture: _Capture, released: threading.Event) -> None:
+    def __init__(self, capture: Callable[[bytes], int], released: threading.Event) -> None:
         self.capture = capture
         weakref.finalize(self, released.set)
 
@@ -144,17 +145,22 @@ class Sandbox:
         limits: Limits | None = None,
         stdin: bytes = b"",
         argv: Sequence[str] = (),
+        channel: ResultChannel | None = None,
     ) -> SandboxResult:
         """Run ``python -c code *argv`` and report how it ended; never raises for anything
         the guest does. The standard library is read-only at /usr/local/lib; each mount is
         at its guest path; the working directory is ``/`` (``PWD`` names the first mount).
-        :class:`SandboxError` for an unusable mount or a missing interpreter."""
+        ``channel``: stdout passes through it, which keeps result frames out of ``stdout``
+        (:mod:`.channel`). :class:`SandboxError` for an unusable mount or a missing
+        interpreter."""
         limits = limits or self.limits
         hosts = _check_mounts(mounts)
         if any("\0" in s for s in (code, *argv)):
             raise SandboxError("code and argv must not contain NUL characters")
         loop = asyncio.get_running_loop()
-        call = functools.partial(self._run_sync, code, mounts, hosts, limits, stdin, tuple(argv))
+        call = functools.partial(
+            self._run_sync, code, mounts, hosts, limits, stdin, tuple(argv), channel
+        )
         # WebAssembly runs on the worker thread's own stack: make sure it has room for
         # stack_bytes plus the host's frames, whatever the platform's default (musl: 128 KiB).
         with _STACK_SIZE_LOCK:
@@ -194,13 +200,18 @@ class Sandbox:
         limits: Limits,
         stdin: bytes,
         argv: tuple[str, ...],
+        channel: ResultChannel | None,
     ) -> SandboxResult:
         compiled = self._compiled_for(limits.stack_bytes)
         out, err = _Capture(limits.output_bytes), _Capture(limits.output_bytes)
+        stdout: Callable[[bytes], int] = out
+        if channel is not None:
+            channel.attach(out)
+            stdout = channel
         released = (threading.Event(), threading.Event())  # stdout's and stderr's _Sink
         with _stdin_file(stdin) as stdin_path:
             try:
-                wasi = self._wasi(code, argv, mounts, hosts, stdin_path, out, err, released)
+                wasi = self._wasi(code, argv, mounts, hosts, stdin_path, stdout, err, released)
             except wasmtime.WasmtimeError as exc:
                 raise SandboxError(f"could not set up the sandbox's WASI context: {exc}") from exc
             store = wasmtime.Store(compiled.engine)
@@ -215,6 +226,8 @@ class Sandbox:
             fuel_used = limits.fuel - store.get_fuel()
             del store  # the instance, its memory and WASI context go with it
             _await_release(released)
+        if channel is not None:
+            channel.close()
         outcome, detail = _classify(end, err, limits, compiled.min_memory)
         return SandboxResult(
             outcome=outcome,
@@ -236,7 +249,7 @@ class Sandbox:
         mounts: Sequence[Mount],
         hosts: Sequence[str],
         stdin_path: str | None,
-        out: _Capture,
+        out: Callable[[bytes], int],
         err: _Capture,
         released: tuple[threading.Event, threading.Event],
     ) -> wasmtime.WasiConfig:

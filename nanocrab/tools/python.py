@@ -67,7 +67,8 @@ class PythonTool:
     its own limits stop it), ``failed`` for everything else (an exception, running out of fuel,
     memory or stack). A final value that is not JSON-serialisable is reported, not an error.
     Symlinks the code left pointing outside the workspace were removed by the sandbox; the text
-    names them (they are not in ``files_written``).
+    names them (they are not in ``files_written``). A value over the result channel's cap
+    (``Limits.result_bytes``) is ``failed``, saying so.
     """
 
     name: ClassVar[str] = "python"
@@ -166,6 +167,12 @@ def _to_result(call: CallResult, limits: Limits) -> ToolResult:
             "[removed symlinks that pointed outside the workspace: "
             f"{', '.join(call.links_removed)}]"
         )
+    if call.channel_error == "too_large":
+        parts.append(
+            f"[error: {call.error}. Return a smaller value: print a summary, or pass "
+            "write: true and save the data to a file in the workspace.]"
+        )
+        return ToolResult.error("failed", "\n\n".join(parts), details=details)
     if result.outcome == "ok":
         if not call.ok and call.error:
             parts.append(f"result: {call.error}")

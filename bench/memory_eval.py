@@ -172,7 +172,7 @@ async def run_start_recall(model: MiniLMEmbedder, tasks: list[dict[str, object]]
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            await recall(text)
+            await recall(text, tenant="default")
             out.append(time.perf_counter() - t0)
         return out
 

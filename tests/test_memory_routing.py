@@ -168,7 +168,8 @@ async def test_a_similar_second_task_recalls_the_first(
         episode = f"episode:{first.run_id}"
 
         async def folded() -> bool:
-            return episode in {r.item_id for r in await search(sqlite_engine, "x", k=50)}
+            found = await search(sqlite_engine, "x", tenant="default", k=50)
+            return episode in {r.item_id for r in found}
 
         await eventually(folded, timeout=30)
         second = submit("the unit test of the date parser fails, please fix it", workspace)
@@ -264,12 +265,12 @@ async def test_the_memory_projection_rebuilds_identically(
     await Projector(log, engine, MemoryProjection()).rebuild()
     assert (await snapshot())[1] == []
     # a search finds rows not vectorised yet (scored in memory, stored in the background)
-    (hit,) = await search(engine, "note 1", k=1, kind="note")
+    (hit,) = await search(engine, "note 1", tenant="default", k=1, kind="note")
     assert hit.item_id == "note:mem-run-1:c2" and hit.score > 0.99
     await vectorise(engine)
     assert await snapshot() == first
     query = default_embedder().embed(["chart of signups per week"])[0]
-    hits = await recall(engine, query, k=1, kind="episode")
+    hits = await recall(engine, query, tenant="default", k=1, kind="episode")
     assert hits[0].item_id == "episode:mem-run-1"
 
 
@@ -291,8 +292,8 @@ async def test_a_search_whose_query_cannot_be_embedded_says_so_and_a_recall_goes
             time=datetime.now(UTC),
         ))  # fmt: skip
     with pytest.raises(NanocrabMemoryError, match="no embedding model"):
-        await search(sqlite_engine, "anything", embedder=_NoModel)
-    assert await recaller(sqlite_engine, _NoModel)("anything") is None
+        await search(sqlite_engine, "anything", tenant="default", embedder=_NoModel)
+    assert await recaller(sqlite_engine, _NoModel)("anything", tenant="default") is None
 
 
 WRITE_ANYWAY = """
@@ -481,7 +482,7 @@ async def test_a_burst_of_tasks_searches_only_a_few_recalls_ahead_of_their_runs(
     searching: list[str] = []
     release = asyncio.Event()
 
-    async def slow_recall(text: str) -> MemoryRecalled | None:
+    async def slow_recall(text: str, *, tenant: str) -> MemoryRecalled | None:
         searching.append(text)
         await release.wait()
         return None
@@ -512,7 +513,9 @@ async def test_a_memory_first_found_pending_is_recalled_later_without_reading_it
         "text": "rename the config loader and update its tests", "outcome": "completed",
         "summary": "renamed", "tools": '["edit"]',
     })  # fmt: skip
-    first = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+    first = await search(
+        sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+    )
     assert [r.item_id for r in first] == ["episode:r1"]
     await vectorise(sqlite_engine)  # what the first search started in the background
     statements: list[str] = []
@@ -522,7 +525,9 @@ async def test_a_memory_first_found_pending_is_recalled_later_without_reading_it
 
     event.listen(sqlite_engine.sync_engine, "before_cursor_execute", seen)
     try:
-        again = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        again = await search(
+            sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+        )
     finally:
         event.remove(sqlite_engine.sync_engine, "before_cursor_execute", seen)
     assert [(r.item_id, r.text, r.tools) for r in again] == [
@@ -549,7 +554,9 @@ async def test_a_search_on_an_sqlite_file_reads_beside_the_engine_and_sees_other
                 "tools": "[]", "files": "[]", "time": datetime.now(UTC)}  # fmt: skip
 
     await _memory_with(sqlite_engine, episode(1, "rename the config loader and update its tests"))
-    first = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+    first = await search(
+        sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+    )
     assert [r.item_id for r in first] == ["episode:r1"]
     await vectorise(sqlite_engine)
     other = make_engine(str(sqlite_engine.url))  # another process's engine on the same file
@@ -562,7 +569,9 @@ async def test_a_search_on_an_sqlite_file_reads_beside_the_engine_and_sees_other
     try:
         async with other.begin() as conn:
             await conn.execute(memory_items.insert(), [episode(2, "rename the loader's docs")])
-        found = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        found = await search(
+            sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+        )
         assert {r.item_id for r in found} == {"episode:r1", "episode:r2"}, "r2 scored pending"
         assert statements == [], "read beside the engine"
         storing = _memory(sqlite_engine).storing
@@ -572,17 +581,23 @@ async def test_a_search_on_an_sqlite_file_reads_beside_the_engine_and_sees_other
         async with other.begin() as conn:
             await conn.execute(memory_items.insert(), [episode(3, "rename the config loader")])
         assert await vectorise(other) == 1  # r3's vector, stored by the other process
-        found = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        found = await search(
+            sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+        )
         assert next(r.item_id for r in found) == "episode:r3"
         (row_read,) = statements  # the vector from the file, r3's row (never seen) by the engine
         assert "FROM memory_items" in row_read and "IN (" in row_read
         statements.clear()
-        again = await search(sqlite_engine, "rename the configuration loader", kind="episode")
+        again = await search(
+            sqlite_engine, "rename the configuration loader", tenant="default", kind="episode"
+        )
         assert again == found and statements == []
         async with other.begin() as conn:  # a rebuild under this process: a new generation
             await MemoryProjection().store.clear(conn)
             await conn.execute(memory_items.delete())
-        assert await search(sqlite_engine, "rename the configuration loader") == []
+        assert await search(
+            sqlite_engine, "rename the configuration loader", tenant="default"
+        ) == []
     finally:
         event.remove(sqlite_engine.sync_engine, "before_cursor_execute", seen)
         await other.dispose()

@@ -36,6 +36,7 @@ from nanocrab.handlers.policy import PolicyHandler, trusted_approvers
 from nanocrab.handlers.pyagent import PyAgentHandler
 from nanocrab.handlers.reloader import Reloader
 from nanocrab.handlers.router import RouterHandler, model_classifier
+from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.sessions import SessionIndex
 from nanocrab.hooks import Hooks, hooks_file
 from nanocrab.llm import CAPGEN_SCRIPT, DEFAULT_MODEL, ScriptedProvider
@@ -44,7 +45,7 @@ from nanocrab.mcp import mcp_setup
 from nanocrab.policy import Policy, load_policy
 from nanocrab.projections import capability, list_capabilities
 from nanocrab.projections.capabilities import dependency_nodes
-from nanocrab.projections.memory_search import Recaller, recaller
+from nanocrab.projections.memory_search import Recaller, RunTenant, recaller
 from nanocrab.projections.memory_search import searcher as memory_searcher
 from nanocrab.projections.sessions import session_snapshot
 from nanocrab.reload import BaseConfig, ConfigView, LoadedConfig
@@ -233,7 +234,7 @@ def build_reactors(
                 limits=capconfig.limits.invocations(),
             ),
             RememberTool(),
-            RecallTool(memory_searcher(engine)),
+            RecallTool(memory_searcher(engine, run_tenants(logs("executor")))),
             AvailableAgentsTool(),
             # the task-type -> skills map: NANOCRAB_SKILLMAP, <home>/skillmap.yaml, or bundled
             SkillsForTaskTool(skills, load_skillmap(skillmap_file(settings.home, os.environ))),
@@ -425,6 +426,19 @@ def config_view(
         agents=load_agents(agents_path) if agents_path is not None else None, skills=skills,
     )  # fmt: skip
     return ConfigView(startup, base=base, cache_dir=settings.home / "config-versions", log=log)
+
+
+def run_tenants(log: EventLog) -> RunTenant:
+    """The ``recall`` tool's tenant: the calling run's, from its ``task.submitted`` in the log
+    (a tool call knows its run, not its tenant; an event stored on another tenant's subject is
+    never folded, ``bus/placement.py``). ``None`` for a run with no task in the log."""
+    runs = RunLoader(log, capacity=64)
+
+    async def tenant_of(run_id: str) -> str | None:
+        task = (await runs.state(run_id)).task if run_id else None
+        return task.tenant if task is not None else None
+
+    return tenant_of
 
 
 def run_start_recall(engine: AsyncEngine, environ: Mapping[str, str]) -> Recaller | None:

@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -81,9 +81,11 @@ class SessionHistory(Protocol):
     ) -> Awaitable[list[Message]]: ...
 
 
-Recall = Callable[[str], Awaitable[MemoryRecalled | None]]
-"""A task's text → earlier episodes for its prompt (``None``: nothing close enough):
-:func:`nanocrab.projections.memory_search.recaller`."""
+class Recall(Protocol):
+    """A task's text, for the run's tenant → that tenant's earlier episodes for its prompt
+    (``None``: nothing close enough): :func:`nanocrab.projections.memory_search.recaller`."""
+
+    def __call__(self, text: str, *, tenant: str) -> Awaitable[MemoryRecalled | None]: ...
 
 _DELTA_FLUSH_CHARS = 200
 _EARLY_RECALLS = 256  # recalls started at submission and not yet taken by a first model call
@@ -241,7 +243,8 @@ class LlmHandler:
             early = None
         if not text:
             return state
-        found = await early[1] if early is not None else await self.recall(text)
+        found = (await early[1] if early is not None
+                 else await self.recall(text, tenant=task.tenant))  # fmt: skip
         if found is None:
             return state
         (recalled,) = stamp(self.name, event, [found], first=_RECALL_ORDINAL)
@@ -261,7 +264,7 @@ class LlmHandler:
         if self._early_busy >= _EARLY_BUSY:
             return
         self._early_busy += 1
-        search = asyncio.ensure_future(self.recall(task.text))
+        search = asyncio.ensure_future(self.recall(task.text, tenant=task.tenant))
         search.add_done_callback(self._early_done)
         self._early[task.run_id] = (task.text, search)
         while len(self._early) > _EARLY_RECALLS:

@@ -16,6 +16,10 @@ consolidates an archived session into memory.
   projection wrote since are embedded (``projections/memory_search.py``: :func:`vectorise`), so a
   search rarely has any left to do.
 
+Memories are per tenant: the recall searches the task's tenant's episodes, the consolidation
+reads the archive's tenant's (``memory.consolidated`` inherits that tenant, and so does the
+``session`` memory the projection makes of it).
+
 The embedder and the agents' vectors load on the first task (once per process), in a thread.
 """
 
@@ -144,7 +148,7 @@ class RouterHandler:
                     return await self.route(event, agents=loaded.agents, version=loaded.version)
             return await self.route(event)
         if isinstance(event, SessionArchived) and event.session_id:
-            return await self.consolidate(event.session_id, delivery.seq)
+            return await self.consolidate(event.session_id, delivery.seq, tenant=event.tenant)
         return []
 
     async def route(
@@ -160,7 +164,7 @@ class RouterHandler:
         decision = await router.decide(task.text, self.classify)
         out: list[Event] = []
         recall = recaller(self.engine, self._factory, k=self.recall_k, min_score=self.recall_min)
-        recalled = await recall(task.text)
+        recalled = await recall(task.text, tenant=task.tenant)
         if recalled is not None:
             out.append(recalled)
         spec = agents.agent(decision.agent)
@@ -180,8 +184,9 @@ class RouterHandler:
             await asyncio.sleep(self.vectorise_every_s)
             await vectorise(self.engine, self._factory)  # one query when nothing is new
 
-    async def consolidate(self, session_id: str, seq: int) -> list[Event]:
-        """A summary of the session's episodes as ``memory.consolidated`` (none: nothing)."""
+    async def consolidate(self, session_id: str, seq: int, *, tenant: str) -> list[Event]:
+        """A summary of ``tenant``'s session's episodes as ``memory.consolidated`` (none:
+        nothing); another tenant's session of the same id is no part of it."""
         for _ in range(int(CONSOLIDATE_WAIT_S / POLL_S)):
             if await self._memory_position() >= seq:
                 break
@@ -190,6 +195,7 @@ class RouterHandler:
             try:
                 rows = (await conn.execute(
                     select(memory_items.c.text, memory_items.c.outcome, memory_items.c.summary)
+                    .where(memory_items.c.tenant == tenant)
                     .where(memory_items.c.session_id == session_id)
                     .where(memory_items.c.kind == "episode")
                     .order_by(memory_items.c.seq)

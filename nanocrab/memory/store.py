@@ -1,5 +1,11 @@
-"""A vector store in the projections database: items (id, kind, text, unit vector) and top-k
-cosine search, on SQLite and PostgreSQL with one contract.
+"""A vector store in the projections database: items (id, kind, tenant, text, unit vector) and
+top-k cosine search, on SQLite and PostgreSQL with one contract.
+
+A search filtered by kind or tenant returns the ``k`` best items *that pass the filter*, never
+the ``k`` best of all filtered afterwards (which would leave fewer than there are, or none, when
+another tenant's items are closer): sqlite-vec filters its metadata columns inside the scan, the
+exact index scores only the rows that pass, and pgvector's approximate scan is redone exactly
+when the filter leaves it short.
 
 The rows of ``memory_vectors`` are the truth (the vector as float32 bytes); the search index
 depends on the database:
@@ -75,6 +81,8 @@ memory_vectors = Table(
     ),
     Column("item_id", String(128), nullable=False, unique=True),
     Column("kind", String(32), nullable=False),
+    # whose item: searches filter on it (memories never cross tenants)
+    Column("tenant", String(64), nullable=False, default="default"),
     Column("text", Text, nullable=False),
     Column("vector", LargeBinary, nullable=False),
 )
@@ -99,12 +107,14 @@ sqlite_vec.register()
 @dataclass(frozen=True, slots=True)
 class MemoryItem:
     """One thing to remember. ``vector`` is 1-D float32 of the store's dimension (normalised
-    on the way in); ``kind`` groups items for filtering (``episode``, ``note``, ...)."""
+    on the way in); ``kind`` groups items for filtering (``episode``, ``note``, ...);
+    ``tenant`` is whose it is (a search for one tenant finds no other's)."""
 
     item_id: str
     kind: str
     text: str
     vector: Vectors
+    tenant: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +155,21 @@ class VectorStore:
             {"name": "vectors", "generation": secrets.randbits(62)},
         )
         native = await self._native_index(conn)
+        if native != "exact":
+            await self._drop_untenanted(conn, native)
         if native == "sqlite-vec":
             # vec0 allocates its vectors a chunk at a time: the default 1024 made a store of
             # a few memories 1.5 MB (26 KB per task after 60 one-tool runs, more than the log)
             await conn.exec_driver_sql(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VEC_TABLE} USING vec0("
-                f"embedding float[{self.dim}] distance_metric=cosine, kind text, "
+                f"embedding float[{self.dim}] distance_metric=cosine, kind text, tenant text, "
                 f"chunk_size={_VEC_CHUNK})"
             )
         elif native == "pgvector":
             await conn.exec_driver_sql(
                 f"CREATE TABLE IF NOT EXISTS {_PG_TABLE} (seq BIGINT PRIMARY KEY, "
-                f"kind VARCHAR(32) NOT NULL, embedding vector({self.dim}) NOT NULL)"
+                f"kind VARCHAR(32) NOT NULL, tenant VARCHAR(64) NOT NULL, "
+                f"embedding vector({self.dim}) NOT NULL)"
             )
             await conn.exec_driver_sql(
                 f"CREATE INDEX IF NOT EXISTS ix_{_PG_TABLE}_hnsw ON {_PG_TABLE} "
@@ -165,6 +178,32 @@ class VectorStore:
         if native != "exact":
             await self._resync(conn, native)
         return await self.index(conn)
+
+    async def _drop_untenanted(self, conn: AsyncConnection, native: IndexKind) -> None:
+        """Drop the database's own index when an older version made it without the tenant
+        column (it is not a ``Table``: the projector's rebuild leaves it); ``setup`` then makes
+        it again and :meth:`_resync` fills it from the stored rows."""
+        if native == "sqlite-vec":
+            made = await conn.scalar(
+                text("SELECT sql FROM sqlite_master WHERE name = :name"), {"name": _VEC_TABLE}
+            )
+            stale = made is not None and "tenant text" not in str(made)
+        else:
+            columns = await conn.scalar(
+                text("SELECT count(*) FROM information_schema.columns "
+                     "WHERE table_name = :name AND table_schema = current_schema()"),
+                {"name": _PG_TABLE},
+            )  # fmt: skip
+            tenant = await conn.scalar(
+                text("SELECT count(*) FROM information_schema.columns WHERE table_name = :name "
+                     "AND table_schema = current_schema() AND column_name = 'tenant'"),
+                {"name": _PG_TABLE},
+            )  # fmt: skip
+            stale = bool(columns) and not tenant
+        if stale:
+            table = _VEC_TABLE if native == "sqlite-vec" else _PG_TABLE
+            log.info("the %s index has no tenant column: made again", native)
+            await conn.exec_driver_sql(f"DROP TABLE {table}")
 
     async def _resync(self, conn: AsyncConnection, native: IndexKind) -> None:
         """Rebuild the database's own index when it does not hold exactly the stored rows: the
@@ -183,25 +222,23 @@ class VectorStore:
         """Add the stored rows with a ``seq`` above ``after`` to the database's own index."""
         if native == "sqlite-vec":
             await conn.exec_driver_sql(
-                f"INSERT INTO {_VEC_TABLE}(rowid, embedding, kind) "
-                "SELECT seq, vector, kind FROM memory_vectors WHERE seq > ?",
+                f"INSERT INTO {_VEC_TABLE}(rowid, embedding, kind, tenant) "
+                "SELECT seq, vector, kind, tenant FROM memory_vectors WHERE seq > ?",
                 (after,),
             )
         elif native == "pgvector":
-            new = await conn.execute(
-                select(memory_vectors.c.seq, memory_vectors.c.kind, memory_vectors.c.vector).where(
-                    memory_vectors.c.seq > after
-                )
-            )
+            v = memory_vectors.c
+            new = await conn.execute(select(v.seq, v.kind, v.tenant, v.vector).where(v.seq > after))
             params = [
-                {"seq": seq, "kind": kind, "embedding": _pg_literal(bytes(blob))}
-                for seq, kind, blob in new
-            ]
+                {"seq": seq, "kind": kind, "tenant": tenant,
+                 "embedding": _pg_literal(bytes(blob))}
+                for seq, kind, tenant, blob in new
+            ]  # fmt: skip
             if params:
                 await conn.execute(
                     text(
-                        f"INSERT INTO {_PG_TABLE} (seq, kind, embedding) "
-                        "VALUES (:seq, :kind, CAST(:embedding AS vector))"
+                        f"INSERT INTO {_PG_TABLE} (seq, kind, tenant, embedding) "
+                        "VALUES (:seq, :kind, :tenant, CAST(:embedding AS vector))"
                     ),
                     params,
                 )
@@ -223,7 +260,7 @@ class VectorStore:
         if not items:
             return
         rows = [
-            {"item_id": it.item_id, "kind": it.kind, "text": it.text,
+            {"item_id": it.item_id, "kind": it.kind, "tenant": it.tenant, "text": it.text,
              "vector": self._unit(it.vector).tobytes()}
             for it in items
         ]  # fmt: skip
@@ -272,20 +309,22 @@ class VectorStore:
         *,
         k: int = 5,
         kind: str | None = None,
+        tenant: str | None = None,
         min_score: float | None = None,
     ) -> list[Hit]:
-        """The ``k`` items most similar to ``query`` (best first), of ``kind`` if given, with a
-        cosine similarity of at least ``min_score`` if given."""
+        """The ``k`` items most similar to ``query`` (best first), of ``kind`` and ``tenant``
+        if given (``None``: any; a caller serving a tenant always gives it), with a cosine
+        similarity of at least ``min_score`` if given."""
         q = self._unit(query)
         index = await self.index(conn)
         try:
             if index == "sqlite-vec":
-                found = await self._search_sqlite_vec(conn, q, k, kind)
+                found = await self._search_sqlite_vec(conn, q, k, kind, tenant)
             elif index == "pgvector":
-                found = await self._search_pgvector(conn, q, k, kind)
+                found = await self._search_pgvector(conn, q, k, kind, tenant)
             else:
                 await self._exact.catch_up(conn)
-                found = self._exact.top(q, k, kind)
+                found = self._exact.top(q, k, kind, tenant)
         except DBAPIError as exc:
             raise NanocrabMemoryError(f"memory search failed on the {index} index: {exc}") from exc
         if min_score is not None:
@@ -293,28 +332,42 @@ class VectorStore:
         return await _hits(conn, found)
 
     async def _search_sqlite_vec(
-        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None
+        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None, tenant: str | None
     ) -> list[tuple[int, float]]:
-        where = " AND kind = :kind" if kind is not None else ""
+        # metadata columns are filtered inside vec0's KNN scan: k rows that pass, not k then
+        # filtered
+        where = "".join(f" AND {name} = :{name}" for name, value in
+                        (("kind", kind), ("tenant", tenant)) if value is not None)  # fmt: skip
         result = await conn.execute(
             text(
                 f"SELECT rowid, distance FROM {_VEC_TABLE} "
                 f"WHERE embedding MATCH :q AND k = :k{where} ORDER BY distance"
             ),
-            {"q": q.tobytes(), "k": k, "kind": kind},
+            {"q": q.tobytes(), "k": k, "kind": kind, "tenant": tenant},
         )
         return [(int(seq), 1.0 - float(dist)) for seq, dist in result]
 
     async def _search_pgvector(
-        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None
+        self, conn: AsyncConnection, q: Vectors, k: int, kind: str | None, tenant: str | None
     ) -> list[tuple[int, float]]:
-        where = "WHERE kind = :kind " if kind is not None else ""
-        result = await conn.execute(
-            text(f"SELECT seq, 1 - (embedding <=> CAST(:q AS vector)) FROM {_PG_TABLE} {where}"
-                 "ORDER BY embedding <=> CAST(:q AS vector) LIMIT :k"),
-            {"q": _pg_literal(q.tobytes()), "k": k, "kind": kind},
-        )  # fmt: skip
-        return [(int(seq), float(score)) for seq, score in result]
+        """HNSW filters the candidates its scan visits (``hnsw.ef_search``, 40 by default):
+        behind a filter it can answer fewer than ``k`` when others' items are closer. Then the
+        same query runs without the index (ordering by an expression it cannot serve), exact
+        over the rows that pass. (Not exercised here: no pgvector on this machine.)"""
+        where = " AND ".join(f"{name} = :{name}" for name, value in
+                             (("kind", kind), ("tenant", tenant)) if value is not None)  # fmt: skip
+        params = {"q": _pg_literal(q.tobytes()), "k": k, "kind": kind, "tenant": tenant}
+        found: list[tuple[int, float]] = []
+        for order in ("embedding <=> CAST(:q AS vector)", "(embedding <=> CAST(:q AS vector)) + 0"):
+            result = await conn.execute(
+                text(f"SELECT seq, 1 - (embedding <=> CAST(:q AS vector)) FROM {_PG_TABLE} "
+                     f"{'WHERE ' + where if where else ''} ORDER BY {order} LIMIT :k"),
+                params,
+            )  # fmt: skip
+            found = [(int(seq), float(score)) for seq, score in result]
+            if len(found) >= k or not where:
+                break
+        return found
 
     async def nearest(
         self,
@@ -323,6 +376,7 @@ class VectorStore:
         *,
         k: int = 5,
         kind: str | None = None,
+        tenant: str | None = None,
         min_score: float | None = None,
         generation: int | None = None,
         caught_up: bool = False,
@@ -332,16 +386,17 @@ class VectorStore:
         generation, when the caller has just read it on ``conn``), none with ``caught_up``
         (the caller has just called :meth:`catch_up` on ``conn``)."""
         if not caught_up and not await self.catch_up(conn, generation):
-            hits = await self.search(conn, query, k=k, kind=kind, min_score=min_score)
+            hits = await self.search(conn, query, k=k, kind=kind, tenant=tenant,
+                                     min_score=min_score)  # fmt: skip
             return [(h.item_id, h.score) for h in hits]
-        return self.nearest_held(query, k=k, kind=kind, min_score=min_score)
+        return self.nearest_held(query, k=k, kind=kind, tenant=tenant, min_score=min_score)
 
     def nearest_held(
         self, query: Vectors, *, k: int = 5, kind: str | None = None,
-        min_score: float | None = None,
+        tenant: str | None = None, min_score: float | None = None,
     ) -> list[tuple[str, float]]:  # fmt: skip
         """:meth:`nearest` on what the exact index holds now (no read: after :meth:`absorb`)."""
-        found = self._exact.top_ids(self._unit(query), k, kind)
+        found = self._exact.top_ids(self._unit(query), k, kind, tenant)
         return [(i, sc) for i, sc in found if min_score is None or sc >= min_score]
 
     async def catch_up(self, conn: AsyncConnection, generation: int | None = None) -> bool:
@@ -366,7 +421,7 @@ class VectorStore:
         return self._exact.position()
 
     def absorb(self, generation: int, rows: Sequence[Any]) -> bool:
-        """Add to the exact index ``rows`` — ``(seq, kind, vector, item_id)`` past the
+        """Add to the exact index ``rows`` — ``(seq, kind, vector, item_id, tenant)`` past the
         position :meth:`exact_position` gave, read from the store under ``generation`` — as
         :meth:`catch_up` would have. ``False`` (nothing added) when the store's generation is
         not the index's: a rebuild, to be read again the careful way."""
@@ -458,9 +513,10 @@ async def _hits(conn: AsyncConnection, found: list[tuple[int, float]]) -> list[H
 
 @functools.cache
 def vectors_after() -> Select[Any]:
-    """The stored vectors past ``:after`` in order (built once, see :func:`plain_rows`)."""
+    """The stored vectors past ``:after`` in order, as ``(seq, kind, vector, item_id,
+    tenant)`` (built once, see :func:`plain_rows`)."""
     v = memory_vectors.c
-    after = select(v.seq, v.kind, v.vector, v.item_id).where(v.seq > bindparam("after"))
+    after = select(v.seq, v.kind, v.vector, v.item_id, v.tenant).where(v.seq > bindparam("after"))
     return after.order_by(v.seq)
 
 
@@ -468,7 +524,8 @@ class _ExactIndex:
     """Every stored vector in one float32 matrix, kept in step with ``memory_vectors``: rows
     with a ``seq`` above the last one seen are appended before a search; a new deletion
     generation reloads it all. Search is one matrix-vector product (exact cosine: the rows
-    are unit vectors)."""
+    are unit vectors) over the rows that pass the kind and tenant filters, so a filtered search
+    finds the best ``k`` of those rows however many closer ones the filters leave out."""
 
     def __init__(self, dim: int) -> None:
         self._dim = dim
@@ -482,6 +539,8 @@ class _ExactIndex:
         self._seqs = np.empty(1024, dtype=np.int64)
         self._kinds = np.empty(1024, dtype=np.int32)
         self._kind_codes: dict[str, int] = {}
+        self._tenants = np.empty(1024, dtype=np.int32)
+        self._tenant_codes: dict[str, int] = {}
         self._ids: list[str] = []
 
     async def catch_up(self, conn: AsyncConnection, generation: int | None = None) -> None:
@@ -501,8 +560,8 @@ class _ExactIndex:
         return self._generation, self._last_seq
 
     def add_rows(self, rows: Sequence[Any]) -> None:
-        """Append ``(seq, kind, vector, item_id)`` rows in ``seq`` order; those at or below the
-        last seq already held (read meanwhile by another reader) are skipped."""
+        """Append ``(seq, kind, vector, item_id, tenant)`` rows in ``seq`` order; those at or
+        below the last seq already held (read meanwhile by another reader) are skipped."""
         rows = [r for r in rows if int(r[0]) > self._last_seq]
         if not rows:
             return
@@ -512,33 +571,56 @@ class _ExactIndex:
             self._matrix = np.resize(self._matrix, (size, self._dim))
             self._seqs = np.resize(self._seqs, size)
             self._kinds = np.resize(self._kinds, size)
+            self._tenants = np.resize(self._tenants, size)
         block = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32)
         self._matrix[self._n : need] = block.reshape(len(rows), self._dim)
         self._seqs[self._n : need] = [r[0] for r in rows]
         self._kinds[self._n : need] = [
             self._kind_codes.setdefault(r[1], len(self._kind_codes)) for r in rows
         ]
+        self._tenants[self._n : need] = [
+            self._tenant_codes.setdefault(r[4], len(self._tenant_codes)) for r in rows
+        ]
         self._ids.extend(str(r[3]) for r in rows)
         self._n = need
         self._last_seq = int(rows[-1][0])
 
-    def top(self, q: Vectors, k: int, kind: str | None) -> list[tuple[int, float]]:
-        return [(int(self._seqs[i]), score) for i, score in self._top(q, k, kind)]
+    def top(
+        self, q: Vectors, k: int, kind: str | None, tenant: str | None
+    ) -> list[tuple[int, float]]:
+        return [(int(self._seqs[i]), score) for i, score in self._top(q, k, kind, tenant)]
 
-    def top_ids(self, q: Vectors, k: int, kind: str | None) -> list[tuple[str, float]]:
-        return [(self._ids[i], score) for i, score in self._top(q, k, kind)]
+    def top_ids(
+        self, q: Vectors, k: int, kind: str | None, tenant: str | None
+    ) -> list[tuple[str, float]]:
+        return [(self._ids[i], score) for i, score in self._top(q, k, kind, tenant)]
 
-    def _top(self, q: Vectors, k: int, kind: str | None) -> list[tuple[int, float]]:
-        """``(row, score)`` of the best ``k`` rows, best first."""
-        scores = self._matrix[: self._n] @ q
-        if kind is not None:
-            code = self._kind_codes.get(kind)
+    def _top(
+        self, q: Vectors, k: int, kind: str | None, tenant: str | None
+    ) -> list[tuple[int, float]]:
+        """``(row, score)`` of the best ``k`` rows of ``kind`` and ``tenant`` (``None``: any),
+        best first."""
+        n = self._n
+        passing: np.ndarray[Any, np.dtype[np.bool_]] | None = None
+        for codes, column, wanted in ((self._kind_codes, self._kinds, kind),
+                                      (self._tenant_codes, self._tenants, tenant)):  # fmt: skip
+            if wanted is None:
+                continue
+            code = codes.get(wanted)
             if code is None:
                 return []
-            scores = np.where(self._kinds[: self._n] == code, scores, -np.inf)
-        k = min(k, self._n)
+            match = column[:n] == code
+            passing = match if passing is None else passing & match
+        rows: np.ndarray[Any, np.dtype[np.intp]] = (
+            np.arange(n) if passing is None else np.flatnonzero(passing)
+        )
+        m = len(rows)
+        k = min(k, m)
         if k <= 0:
             return []
-        top = np.argpartition(-scores, k - 1)[:k] if k < self._n else np.arange(self._n)
+        # most rows pass: one product over the whole matrix (no copy of it); one tenant among
+        # many: only its rows are scored
+        scores = (self._matrix[:n] @ q)[rows] if m * 4 > n else self._matrix[rows] @ q
+        top = np.argpartition(-scores, k - 1)[:k] if k < m else np.arange(m)
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(i), float(scores[i])) for i in top if scores[i] > -np.inf]
+        return [(int(rows[i]), float(scores[i])) for i in top]

@@ -24,6 +24,11 @@ first copy of an item's vector (exactly once).
 
 Items are keyed by the id of the event that made them (the run id for an episode), inserted
 once, so a second copy of an event changes nothing.
+
+Every item belongs to a tenant: an episode's and a note's are their run's (its
+``task.submitted``'s envelope), a session summary's its ``memory.consolidated``'s (the
+archive's). Every search filters on it (``memory_search.py``): one tenant never recalls
+another's memories.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Index,
     String,
     Table,
     Text,
@@ -75,6 +81,10 @@ memory_items = Table(
     Column("tools", Text, nullable=False),  # JSON list
     Column("files", Text, nullable=False),  # JSON list
     Column("time", DateTime(timezone=True), nullable=False),
+    Column("tenant", String(64), nullable=False, default="default"),  # whose memory it is
+    # has_memories' test on the hot path (does this tenant have an episode?) and the
+    # consolidation's read
+    Index("ix_memory_items_tenant_kind", "tenant", "kind"),
 )
 
 memory_runs = Table(
@@ -83,6 +93,7 @@ memory_runs = Table(
     metadata,
     Column("run_id", String(128), primary_key=True),
     Column("session_id", String(128), nullable=False),
+    Column("tenant", String(64), nullable=False),  # the task's: its episode's and notes'
     Column("task", Text, nullable=False),
     Column("tools", Text, nullable=False),
     Column("files", Text, nullable=False),
@@ -141,7 +152,8 @@ class MemoryProjection:
             match e:
                 case TaskSubmitted(text=text) if not e.parent_run_id and not text.startswith("/"):
                     await bulk_insert(conn, memory_runs, [{
-                        "run_id": e.run_id, "session_id": e.session_id or "", "task": text,
+                        "run_id": e.run_id, "session_id": e.session_id or "",
+                        "tenant": e.tenant, "task": text,
                         "tools": "[]", "files": "[]", "notes": "{}",
                     }], unless_exists="run_id")  # fmt: skip
                 case ToolRequested() | ToolCompleted():
@@ -154,6 +166,7 @@ class MemoryProjection:
                             s,
                             e.episode_id,
                             "session",
+                            e.tenant,
                             e.run_id or "",
                             e.session_id or "",
                             e.summary,
@@ -190,7 +203,8 @@ class MemoryProjection:
             if note is not None and not e.is_error:
                 await self._add(conn, [{
                     "item_id": f"note:{e.run_id}:{e.call_id}", "seq": seq, "kind": "note",
-                    "run_id": e.run_id or "", "session_id": run["session_id"], "text": note,
+                    "tenant": run["tenant"], "run_id": e.run_id or "",
+                    "session_id": run["session_id"], "text": note,
                     "outcome": "noted", "summary": note, "tools": "[]", "files": "[]",
                     "time": e.time,
                 }])  # fmt: skip
@@ -216,8 +230,8 @@ class MemoryProjection:
                 outcome, summary = "failed", f"{kind}: {reason}"
             case RunCancelled(reason=reason):
                 outcome, summary = "cancelled", reason
-        row = _row(s, f"episode:{e.run_id}", "episode", e.run_id or "", run["session_id"],
-                   run["task"], outcome, summary)  # fmt: skip
+        row = _row(s, f"episode:{e.run_id}", "episode", run["tenant"], e.run_id or "",
+                   run["session_id"], run["task"], outcome, summary)  # fmt: skip
         row["tools"], row["files"] = run["tools"], run["files"]
         return [row]
 
@@ -229,6 +243,7 @@ def _row(
     s: Stored,
     item_id: str,
     kind: str,
+    tenant: str,
     run_id: str,
     session_id: str,
     text: str,
@@ -237,7 +252,7 @@ def _row(
 ) -> dict[str, object]:
     assert s.event is not None
     return {
-        "item_id": item_id, "seq": s.seq, "kind": kind, "run_id": run_id,
+        "item_id": item_id, "seq": s.seq, "kind": kind, "tenant": tenant, "run_id": run_id,
         "session_id": session_id, "text": text, "outcome": outcome,
         "summary": summary[:SUMMARY_CHARS], "tools": "[]", "files": "[]", "time": s.event.time,
     }  # fmt: skip

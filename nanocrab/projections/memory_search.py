@@ -5,6 +5,10 @@ that have none yet and stores them; :func:`search` scores such rows in memory an
 them to a background :func:`vectorise`, so a search never waits for a write. :func:`recaller`
 is the run-start recall (``memory.recalled``), :func:`searcher` the ``recall`` tool's search.
 Per engine, the process keeps an exact in-process index (``VectorStore(index="exact")``).
+
+Every search is for one tenant (a required ``tenant``): it scores that tenant's items only,
+stored and pending alike, so the ``k`` it answers are the tenant's best ``k`` however close
+another tenant's memories are (the index filters before it ranks, see ``memory/store.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Select, bindparam, literal, select, true
 from sqlalchemy.exc import DBAPIError
@@ -77,7 +81,7 @@ class _EngineMemory:
     upto: int = 0
     generation: int | None = None
     ready: bool = False  # the store's tables and index are set up for this generation
-    has_episodes: bool = False
+    has_episodes: set[str] = field(default_factory=set)  # the tenants known to have one
     storing: asyncio.Task[int] | None = None  # a background vectorise (see search)
     # items are written once and never change (a rebuild writes the same): their rows, by id
     rows: OrderedDict[str, Any] = field(default_factory=OrderedDict)
@@ -132,7 +136,7 @@ async def vectorise(
                         "LOCK TABLE memory_vectors IN SHARE ROW EXCLUSIVE MODE"
                     )
                 await mem.store.add(conn, [
-                    MemoryItem(r.item_id, r.kind, r.text, v)
+                    MemoryItem(r.item_id, r.kind, r.text, v, tenant=r.tenant)
                     for r, v in zip(pending, vectors, strict=True)
                 ])  # fmt: skip
             mem.upto = int(pending[-1].seq)
@@ -174,8 +178,8 @@ def _pending_query() -> Select[Any]:
     stores. Built once: :func:`plain_rows` keeps its compiled SQL."""
     items = memory_items.c
     pending = (
-        select(items.item_id, items.seq, items.kind, items.text, items.outcome, items.summary,
-               items.tools, items.files)
+        select(items.item_id, items.seq, items.kind, items.tenant, items.text, items.outcome,
+               items.summary, items.tools, items.files)
         .select_from(memory_items.outerjoin(
             memory_vectors, memory_items.c.item_id == memory_vectors.c.item_id))
         .where(memory_items.c.seq > bindparam("upto"), memory_vectors.c.item_id.is_(None))
@@ -210,21 +214,24 @@ def _store_later(engine: AsyncEngine, mem: _EngineMemory, factory: EmbedderFacto
     mem.storing.add_done_callback(done)
 
 
-async def has_memories(engine: AsyncEngine, kind: str = "episode") -> bool:
-    """Whether the projection holds any item of ``kind``: one indexed query, no embedding (the
-    cheap test before a recall). Once true it stays true for the process (for episodes)."""
+async def has_memories(engine: AsyncEngine, kind: str = "episode", *, tenant: str) -> bool:
+    """Whether the projection holds any item of ``kind`` for ``tenant``: one indexed query, no
+    embedding (the cheap test before a recall). Once true it stays true for the process (for
+    episodes)."""
     mem = _memory(engine)
-    if kind == "episode" and mem.has_episodes:
+    if kind == "episode" and tenant in mem.has_episodes:
         return True
     async with engine.connect() as conn:
         try:
             found = await conn.scalar(
-                select(memory_items.c.item_id).where(memory_items.c.kind == kind).limit(1)
+                select(memory_items.c.item_id)
+                .where(memory_items.c.tenant == tenant, memory_items.c.kind == kind)
+                .limit(1)
             )
         except DBAPIError:
             return False
     if found is not None and kind == "episode":
-        mem.has_episodes = True
+        mem.has_episodes.add(tenant)
     return found is not None
 
 
@@ -232,15 +239,18 @@ async def recall(
     engine: AsyncEngine,
     query_vector: Sequence[float] | Vectors,
     *,
+    tenant: str,
     k: int = 3,
     kind: str | None = None,
     min_score: float | None = None,
 ) -> list[Recalled]:
-    """The ``k`` vectorised memories most similar to ``query_vector`` (best first) as the
-    projection holds them now; empty when it has none yet. Searches an exact in-process index
-    (one per engine). Items without a vector yet are not found: :func:`search` scores them."""
+    """``tenant``'s ``k`` vectorised memories most similar to ``query_vector`` (best first) as
+    the projection holds them now; empty when it has none yet. Searches an exact in-process
+    index (one per engine). Items without a vector yet are not found: :func:`search` scores
+    them."""
     async with engine.connect() as conn:
-        return await _recall_on(conn, _memory(engine), query_vector, k, kind, min_score, None)
+        return await _recall_on(conn, _memory(engine), query_vector, k, kind, tenant, min_score,
+                                None)  # fmt: skip
 
 
 async def _recall_on(
@@ -249,6 +259,7 @@ async def _recall_on(
     query_vector: Sequence[float] | Vectors,
     k: int,
     kind: str | None,
+    tenant: str,
     min_score: float | None,
     generation: int | None,
     *,
@@ -260,8 +271,8 @@ async def _recall_on(
 
     try:
         hits = await mem.store.nearest(conn, np.asarray(query_vector, dtype=np.float32), k=k,
-                                       kind=kind, min_score=min_score, generation=generation,
-                                       caught_up=caught_up)  # fmt: skip
+                                       kind=kind, tenant=tenant, min_score=min_score,
+                                       generation=generation, caught_up=caught_up)  # fmt: skip
     except (DBAPIError, NanocrabMemoryError):  # no tables yet
         await conn.rollback()
         return []
@@ -295,28 +306,31 @@ async def search(
     engine: AsyncEngine,
     text: str,
     *,
+    tenant: str,
     embedder: EmbedderFactory | None = None,
     k: int = 3,
     kind: str | None = None,
     min_score: float | None = None,
     pending_limit: int = 256,
 ) -> list[Recalled]:
-    """:func:`recall` by text, including what the projection wrote since the last
-    vectorising: those rows (the oldest ``pending_limit``) are embedded with the query and
-    scored in memory, and their vectors are stored by a background :func:`vectorise`, so a
-    search never waits for a write (nor for the projector's transaction holding the SQLite
-    lock). Embedding runs in a thread, while the exact index reads what was stored since it
-    last looked (one trip to the database thread fewer after the embedding; starting the
-    embedding before the pending rows are read made a run's start slower, docs/architecture.md)."""
+    """:func:`recall` by text (``tenant``'s memories only), including what the projection
+    wrote since the last vectorising: those rows (the oldest ``pending_limit``; of them, the
+    tenant's of ``kind``) are embedded with the query and scored in memory, and their vectors
+    are stored by a background :func:`vectorise`, so a search never waits for a write (nor
+    for the projector's transaction holding the SQLite lock). Embedding runs in a thread,
+    while the exact index reads what was stored since it last looked (one trip to the
+    database thread fewer after the embedding; starting the embedding before the pending rows
+    are read made a run's start slower, docs/architecture.md)."""
     factory = embedder or _default_factory
     mem = _memory(engine)
-    beside = await _search_beside(engine, mem, factory, text, k, kind, min_score, pending_limit)
+    wanted = _Wanted(kind, tenant)
+    beside = await _search_beside(engine, mem, factory, text, k, wanted, min_score,
+                                  pending_limit)  # fmt: skip
     if beside is not None:
         found, pending, vectors = beside
     else:
         async with engine.connect() as conn:  # one connection: a search is a few small reads
-            pending = [r for r in await _pending(conn, mem, pending_limit)
-                       if kind is None or r.kind == kind]  # fmt: skip
+            pending = [r for r in await _pending(conn, mem, pending_limit) if wanted.of(r)]
             texts = [text, *(r.text for r in pending)]
             embedding = asyncio.ensure_future(asyncio.to_thread(_embed_each, factory, texts))
             try:
@@ -327,12 +341,24 @@ async def search(
                     embedding.cancel()  # the thread finishes on its own; nobody waits for it
                 elif not embedding.cancelled():
                     embedding.exception()  # raised above, or not needed: retrieved either way
-            found = await _recall_on(conn, mem, vectors[0], k, kind, min_score, mem.generation,
-                                     caught_up=caught_up)  # fmt: skip
+            found = await _recall_on(conn, mem, vectors[0], k, kind, tenant, min_score,
+                                     mem.generation, caught_up=caught_up)  # fmt: skip
     if not pending:
         return found
     _store_later(engine, mem, factory)
     return _with_pending(found, pending, vectors, k, min_score)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """What a search looks for: items of ``kind`` (``None``: any) of ``tenant``."""
+
+    kind: str | None
+    tenant: str
+
+    def of(self, row: Any) -> bool:
+        """Whether a pending row (of :func:`_pending_query`) is one."""
+        return row.tenant == self.tenant and (self.kind is None or row.kind == self.kind)
 
 
 def _with_pending(found: list[Recalled], pending: Sequence[Any], vectors: Sequence[Vectors],
@@ -358,7 +384,7 @@ async def _search_beside(
     factory: EmbedderFactory,
     text: str,
     k: int,
-    kind: str | None,
+    wanted: _Wanted,
     min_score: float | None,
     pending_limit: int,
 ) -> tuple[list[Recalled], list[Any], list[Vectors]] | None:
@@ -382,7 +408,7 @@ async def _search_beside(
     vectors_read = prepared(vectors_after(), engine.dialect, {"after": after})
     try:
         rows, stored, vectors = await asyncio.to_thread(
-            _read_and_embed, path, pending_read, vectors_read, factory, text, kind
+            _read_and_embed, path, pending_read, vectors_read, factory, text, wanted
         )
     except sqlite3.Error:
         return None
@@ -393,8 +419,9 @@ async def _search_beside(
     pending = [r for r in rows if r.item_id is not None]
     for r in pending:  # a later search finds them in the index: their rows are at hand
         mem.remember(r._mapping)
-    pending = [r for r in pending if kind is None or r.kind == kind]
-    hits = mem.store.nearest_held(vectors[0], k=k, kind=kind, min_score=min_score)
+    pending = [r for r in pending if wanted.of(r)]
+    hits = mem.store.nearest_held(vectors[0], k=k, kind=wanted.kind, tenant=wanted.tenant,
+                                  min_score=min_score)  # fmt: skip
     missing = [i for i, _ in hits if i not in mem.rows]
     if missing:  # stored by another process before this one saw them pending (or a restart)
         async with engine.connect() as conn:
@@ -411,14 +438,13 @@ _Prepared = tuple[str, list[Any], Callable[[Sequence[Any]], Any]]
 
 def _read_and_embed(path: str, pending_read: _Prepared, vectors_read: _Prepared,
                     factory: EmbedderFactory, text: str,
-                    kind: str | None) -> tuple[list[Any], list[Any], list[Vectors]]:  # fmt: skip
+                    wanted: _Wanted) -> tuple[list[Any], list[Any], list[Vectors]]:  # fmt: skip
     """In a worker thread: the pending rows, the query's and their vectors, then the stored
     vectors past the index (read after the embedding: what was stored meanwhile comes too)."""
     con = _thread_connection(path)
     sql, values, make = pending_read
     rows = [make(r) for r in con.execute(sql, values).fetchall()]
-    texts = [text, *(r.text for r in rows if r.item_id is not None
-                     and (kind is None or r.kind == kind))]  # fmt: skip
+    texts = [text, *(r.text for r in rows if r.item_id is not None and wanted.of(r))]
     vectors = _embed_each(factory, texts)
     sql, values, make = vectors_read
     stored = [make(r) for r in con.execute(sql, values).fetchall()]
@@ -459,20 +485,43 @@ def _sqlite_file(engine: AsyncEngine) -> str | None:
     return database
 
 
-def searcher(
-    engine: AsyncEngine, embedder: EmbedderFactory | None = None
-) -> Callable[[str, int, str | None], Awaitable[list[str]]]:
-    """A search for the ``recall`` tool: ``(query, k, kind)`` → the lines of the best memories.
-    The embedder loads on the first call (in a thread)."""
+RunTenant = Callable[[str], Awaitable[str | None]]
+"""A run's id → its tenant (its ``task.submitted``'s), ``None`` when the run is not known."""
 
-    async def lines(query: str, k: int, kind: str | None) -> list[str]:
-        return [r.line() for r in await search(engine, query, embedder=embedder, k=k, kind=kind)]
+
+class Search(Protocol):
+    """The ``recall`` tool's search (``nanocrab.tools.memory.Search``, which the tools layer
+    declares without a database): ``(query, k, kind)`` for the calling run → lines, best
+    first."""
+
+    def __call__(
+        self, query: str, k: int, kind: str | None, *, run_id: str
+    ) -> Awaitable[list[str]]: ...
+
+
+def searcher(
+    engine: AsyncEngine, tenant_of: RunTenant, embedder: EmbedderFactory | None = None
+) -> Search:
+    """A search for the ``recall`` tool: ``(query, k, kind, run_id=...)`` → the lines of the
+    best memories of the calling run's tenant (``tenant_of``; a run it does not know finds
+    nothing). The embedder loads on the first call (in a thread)."""
+
+    async def lines(query: str, k: int, kind: str | None, *, run_id: str) -> list[str]:
+        tenant = await tenant_of(run_id)
+        if tenant is None:
+            log.warning("recall for run %s, whose tenant is not known: nothing found", run_id)
+            return []
+        found = await search(engine, query, tenant=tenant, embedder=embedder, k=k, kind=kind)
+        return [r.line() for r in found]
 
     return lines
 
 
-Recaller = Callable[[str], Awaitable[MemoryRecalled | None]]
-"""A task's text → the earlier episodes to put in its prompt (``None``: none close enough)."""
+class Recaller(Protocol):
+    """A task's text, for its tenant → the earlier episodes of that tenant to put in its
+    prompt (``None``: none close enough)."""
+
+    def __call__(self, text: str, *, tenant: str) -> Awaitable[MemoryRecalled | None]: ...
 
 
 def recaller(
@@ -482,18 +531,18 @@ def recaller(
     k: int = 3,
     min_score: float = 0.6,
 ) -> Recaller:
-    """Similar-task recall at run start: the ``k`` best episodes scoring at least
-    ``min_score``, as a ``memory.recalled`` to append. Costs one indexed query and no
-    embedding while the projection holds no episode; the embedder loads on the first task
-    that has something to compare with. A failure (no model, a database error) is logged and
-    recalls nothing."""
+    """Similar-task recall at run start: the ``k`` best episodes of the task's tenant scoring
+    at least ``min_score``, as a ``memory.recalled`` to append. Costs one indexed query and no
+    embedding while the projection holds no episode of the tenant; the embedder loads on the
+    first task that has something to compare with. A failure (no model, a database error) is
+    logged and recalls nothing."""
 
-    async def recall_for(text: str) -> MemoryRecalled | None:
-        if not await has_memories(engine, "episode"):
+    async def recall_for(text: str, *, tenant: str) -> MemoryRecalled | None:
+        if not await has_memories(engine, "episode", tenant=tenant):
             return None
         try:
-            found = await search(engine, text, embedder=embedder, k=k, kind="episode",
-                                 min_score=min_score)  # fmt: skip
+            found = await search(engine, text, tenant=tenant, embedder=embedder, k=k,
+                                 kind="episode", min_score=min_score)  # fmt: skip
         except (NanocrabMemoryError, DBAPIError) as exc:
             # no model installed, a locked or broken database: the run goes on without
             # memories (the log shows no memory.recalled), it must not fail for them

@@ -3,14 +3,15 @@
 ``remember`` changes nothing itself: the memory projection (``projections/memory.py``) folds the
 note from the call's arguments once its ``tool.completed`` says it succeeded, so the note is in
 the log and a rebuild finds it again. ``recall`` searches episodes, notes and session summaries
-through an injected :data:`Search` (the projection in the runtime; the tools layer knows no
-database). Both touch only the agent's own memory: Safe in the default policy.
+through an injected :class:`Search` (the projection in the runtime; the tools layer knows no
+database), given the calling run's id: the runtime searches that run's tenant's memories only.
+Both touch only the agent's own memory: Safe in the default policy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import ClassVar, Literal
+from collections.abc import Awaitable, Sequence
+from typing import ClassVar, Literal, Protocol
 
 from pydantic import Field
 
@@ -18,8 +19,14 @@ from nanocrab.tools.base import ToolArgs, ToolContext, ToolResult
 
 NOTE_CHARS = 2000
 
-Search = Callable[[str, int, str | None], Awaitable[Sequence[str]]]
-"""``(query, k, kind)`` → the lines of the best memories, best first."""
+
+class Search(Protocol):
+    """``(query, k, kind)`` for the run ``run_id`` → the lines of the best memories of that
+    run's tenant, best first (none of another tenant's)."""
+
+    def __call__(
+        self, query: str, k: int, kind: str | None, *, run_id: str
+    ) -> Awaitable[Sequence[str]]: ...
 
 
 class RememberArgs(ToolArgs):
@@ -66,7 +73,7 @@ class RecallTool:
         self._search = search
 
     async def run(self, args: RecallArgs, ctx: ToolContext) -> ToolResult:
-        lines = await self._search(args.query, args.k, args.kind)
+        lines = await self._search(args.query, args.k, args.kind, run_id=ctx.run_id)
         if not lines:
             return ToolResult.text("Nothing in memory matches.")
         return ToolResult.text("\n".join(lines))

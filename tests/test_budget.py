@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
 import pytest
 
 from nanocrab.events import (
@@ -33,9 +34,11 @@ RUN = "run1"
 
 
 def state_of(*events: Event) -> RunState:
+    """The run's state from ``events``, all of the task's tenant (as every handler stamps
+    them: a run folds no other tenant's events)."""
     state = RunState(RUN)
     for i, e in enumerate(events, 1):
-        state.apply(e, i)
+        state.apply(msgspec.structs.replace(e, tenant="acme"), i)
     return state
 
 
@@ -143,10 +146,10 @@ def test_once_over_budget_every_decision_only_ends_the_run() -> None:
     budgets = Budgets(run=Limit(max_usd=0.3))
     state = after_one_call(0.3)
     first = decide(state, utcnow(), budgets=budgets)
-    state.apply(first[0], 99)
+    state.apply(msgspec.structs.replace(first[0], tenant="acme"), 99)  # stamped, as appended
     again = decide(state, utcnow(), budgets=budgets)
     assert types(again) == ["run.failed"]
-    state.apply(again[0], 100)
+    state.apply(msgspec.structs.replace(again[0], tenant="acme"), 100)
     assert decide(state, utcnow(), budgets=budgets) == []
 
 

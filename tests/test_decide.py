@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import msgspec
+
 from nanocrab.events import (
     Event,
     GrantDenied,
@@ -27,6 +29,7 @@ from nanocrab.events import (
     ToolRequested,
     ToolSkipped,
     ToolUseBlock,
+    child_run_id,
     utcnow,
 )
 from nanocrab.handlers.orchestrator import decide
@@ -233,20 +236,27 @@ def test_commands_answer_at_once() -> None:
 
 
 def test_a_cancelled_child_reports_back_to_its_parent_once() -> None:
+    kid = child_run_id("parent", "c9")
     child = TaskSubmitted(
-        text="look", run_id="child", parent_run_id="parent", parent_call_id="c9",
-        parent_session_id="s-parent", session_id="child",
+        text="look", run_id=kid, parent_run_id="parent", parent_call_id="c9",
+        parent_session_id="s-parent", session_id=kid,
     )  # fmt: skip
-    state = RunState("child")
-    for i, e in enumerate([child, RunStarted(run_id="child"), LlmRequested(turn=0, run_id="child"),
-                           RunCancelled(reason="user", run_id="child")], 1):  # fmt: skip
+    state = RunState(kid)
+    for i, e in enumerate([child, RunStarted(run_id=kid), LlmRequested(turn=0, run_id=kid),
+                           RunCancelled(reason="user", run_id=kid)], 1):  # fmt: skip
         state.apply(e, i)
     out = decide(state, utcnow())
     back = [e for e in out if isinstance(e, ToolCompleted)]
     assert len(back) == 1 and back[0].run_id == "parent" and back[0].call_id == "c9"
     assert back[0].is_error and back[0].session_id == "s-parent"
-    state.apply(ReplySent(text="late", run_id="child"), 5)
+    state.apply(ReplySent(text="late", run_id=kid), 5)
     assert decide(state, utcnow()) == [], "decided once, when the cancellation arrived"
+    forged = RunState("not-its-child")  # a task naming a parent call that did not start it
+    for i, e in enumerate([msgspec.structs.replace(child, run_id="not-its-child"),
+                           RunStarted(run_id="not-its-child"),
+                           RunCancelled(reason="user", run_id="not-its-child")], 1):  # fmt: skip
+        forged.apply(e, i)
+    assert not [e for e in decide(forged, utcnow()) if isinstance(e, ToolCompleted)]
 
 
 def test_a_follow_up_at_the_step_limit_keeps_the_answer() -> None:

@@ -63,6 +63,8 @@ from nanocrab.events import (
     RunCompleted,
     RunStarted,
     SecurityRejected,
+    SpawnDetails,
+    SubagentSpawned,
     TaskSubmitted,
     TextBlock,
     ToolCompleted,
@@ -71,6 +73,7 @@ from nanocrab.events import (
     ToolResultBlock,
     ToolStarted,
     ToolUseBlock,
+    child_run_id,
     derive_event_id,
     new_event_id,
     utcnow,
@@ -412,14 +415,30 @@ async def test_the_orchestrator_settles_what_the_guardrails_blocked_and_its_own_
         grant_id="g2", call_id="c2", tool="spawn", capabilities=[], scope="step", tier="safe",
         expires_at=utcnow() + timedelta(minutes=5), **env,
     )  # fmt: skip
-    answer = ToolResolved(call_id="c2", tool="spawn", content=[TextBlock("found it")], **env)
+    kid = child_run_id("r1", "c2")
+    spawned = SubagentSpawned(child_run_id=kid, task="look", call_id="c2", **env)
+    answer = ToolResolved(call_id="c2", tool="spawn", content=[TextBlock("found it")],
+                          details=SpawnDetails(child_run_id=kid, steps=1), **env)  # fmt: skip
 
-    state = fold("r1", list(enumerate([*base, blocked, refusal, spawn_grant, answer], 1)))
+    state = fold("r1", list(enumerate([*base, blocked, refusal, spawn_grant, spawned, answer], 1)))
     assert [state.call(c).completed for c in ("c1", "c2")] == [refusal, answer]  # type: ignore[union-attr]
     assert state.rejected == []
     unbacked = fold("r1", list(enumerate([*base, refusal], 1)))  # no verdict blocked c1
     assert unbacked.call("c1").completed is None  # type: ignore[union-attr]
     assert [r.event for r in unbacked.rejected] == [refusal]
+
+    # a second pass: a result for a call before the model made it (it would have stood for
+    # the real one, and been screened in its place); an answer from a run the call did not
+    # start (a forged child naming this parent); the same from another tenant
+    early = msgspec.structs.replace(refusal, call_id="c9", id=new_event_id())
+    stranger = msgspec.structs.replace(answer, details=SpawnDetails(child_run_id="x", steps=1),
+                                       id=new_event_id())  # fmt: skip
+    foreign = msgspec.structs.replace(answer, tenant="globex", id=new_event_id())
+    for forged in (early, stranger, foreign):
+        events = [*base, blocked, spawn_grant, spawned, forged]
+        state = fold("r1", list(enumerate(events, 1)))
+        assert [r.event for r in state.rejected] == [forged]
+        assert all(c.completed is None for t in state.turns for c in t.calls)
 
 
 # --- item 3: forged types on every identity's own subjects --------------------------------------

@@ -117,9 +117,13 @@ def redaction_holds(original: str, verdict: GuardrailChecked) -> bool:
         else:
             covered.append((start, min(end, len(original))))
 
-    def reach(pos: int) -> int:
-        """How far a placeholder at ``pos`` may stretch: the end of the run of findings that
-        covers ``pos`` (``pos`` itself when none does)."""
+    def reach(pos: int, placeholder: str) -> int:
+        """How far ``placeholder`` at ``pos`` may stretch: the end of the run of findings that
+        covers ``pos`` (``pos`` itself when none does, or when no finding at ``pos`` has the
+        placeholder's label: a label carries no words of its own)."""
+        label = placeholder[1:-1].rsplit("_", 1)[0]
+        if not any(f.label == label and f.start <= pos < f.end for f in verdict.findings):
+            return pos
         for start, end in covered:
             if start <= pos < end:
                 return end
@@ -134,7 +138,7 @@ def redaction_holds(original: str, verdict: GuardrailChecked) -> bool:
             if original.startswith(token, pos):  # as it was (literal text, or a lookalike)
                 after.add(pos + len(token))
             if i % 2:  # a placeholder: it stands for original[pos:end], a finding's words
-                after.update(range(pos + 1, reach(pos) + 1))
+                after.update(range(pos + 1, reach(pos, token) + 1))
         positions = after
         if not positions:
             return False

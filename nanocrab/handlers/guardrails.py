@@ -175,7 +175,7 @@ def _jobs(chain: Chain, state: RunState, event: Event) -> list[_Job]:
             # nor has a result the run does not believe (a tool.resolved for a call the
             # executor runs): its verdict would stand for the real one
             done = call.completed if call is not None else None
-            believed = call is None or (done is not None and done.id == event.id)
+            believed = done is not None and done.id == event.id
             if state.guarded("tool_output") and believed and (
                 blocked is None or blocked.action not in ("block", "redact")
             ):

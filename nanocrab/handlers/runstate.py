@@ -47,6 +47,7 @@ from nanocrab.events import (
     RunFailed,
     RunStarted,
     SecurityRejected,
+    SpawnDetails,
     SubagentCompleted,
     SubagentSpawned,
     TaskSubmitted,
@@ -240,6 +241,11 @@ class RunState:
 
     def apply(self, event: Event, seq: int = 0) -> None:
         """Fold one event in (events must come in log order)."""
+        if self.task is not None and event.tenant != self.task.tenant:
+            # run ids are chosen by whoever submits a task: another tenant's event naming this
+            # run (a forged subagent answering this run's spawn call) is not this run's
+            self.reject(event, seq, f"an event of tenant {event.tenant!r} in a run of another")
+            return
         if isinstance(event, ToolRequested) and not self._believed(event, seq):
             return
         if isinstance(event, ToolResolved) and not self._resolves(event, seq):
@@ -365,12 +371,19 @@ class RunState:
         executor runs, a refusal no blocking verdict stands behind) is kept aside in
         ``rejected``, and the call waits for its real result."""
         call = self.call(event.call_id)
-        if call is None or call.completed is not None:
-            return True  # folded as any result is: nothing, or the first one stands
+        if call is None:  # a result before its call: it would stand for the real one
+            self.reject(event, seq, "the orchestrator settled a call the model has not made")
+            return False
+        if call.completed is not None:
+            return True  # folded as any result is: the first one stands
         verdict = self.verdicts.get(("tool_call", call.call_id))
         blocked = verdict is not None and verdict.action in ("block", "redact")
         granted = call.grant.tool if call.grant is not None else None
         requested = call.requested is not None
+        child = event.details.child_run_id if isinstance(event.details, SpawnDetails) else None
+        if child != call.child_run_id:  # the answer of the run this call started, or none
+            self.reject(event, seq, "a subagent's answer from a run this call did not start")
+            return False
         if orchestrator_may_resolve(
             event, granted_tool=granted, requested=requested, blocked=blocked
         ):

@@ -343,6 +343,8 @@ def _to_parent(state: RunState, result: str, *, is_error: bool) -> list[Event]:
     task = state.task
     if task is None or not task.parent_run_id or not task.parent_call_id:
         return []
+    if state.run_id != child_run_id(task.parent_run_id, task.parent_call_id):
+        return []  # not the run that call started (a task naming a parent it has not)
     run_id, session_id = task.parent_run_id, task.parent_session_id
     return [
         SubagentCompleted(

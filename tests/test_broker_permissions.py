@@ -7,7 +7,9 @@ checked against the log with the admin connection afterwards (nothing stored).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fnmatch
+import json
 import re
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from datetime import timedelta
@@ -552,3 +554,51 @@ async def test_an_identity_uses_its_own_durable_and_no_other(
     assert own.name == "llm"
     (msg,) = await (await llm.js.pull_subscribe_bind("llm", stream=stream)).fetch(1, timeout=5)
     await msg.ack()
+
+
+class Recorder:
+    """Plays the executor and keeps the tasks it was delivered."""
+
+    name = "executor"
+    consumes = (TaskSubmitted,)
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def handle(self, event: Event, delivery: object) -> list[Event]:
+        self.seen.append(event.text if isinstance(event, TaskSubmitted) else "")
+        return []
+
+
+async def test_a_durable_changed_through_the_unnamed_create_is_put_back(bus: Connector) -> None:
+    """A fifth adversarial pass, as an observer and as ``llm``: the subject for server-named
+    consumers (which ordered feeds need) with another handler's durable named in the body
+    updates that durable — its filter set to nothing, the handler stalled. Subject permissions
+    cannot refuse it (the name is not in the subject; docs/security.md). The runtime's guard
+    puts the configuration back, and the task stored while it was changed is delivered."""
+    executor = await bus.open("executor")
+    reactor = Recorder()
+    runtime = HandlerRuntime(executor, reactor, options=dataclasses.replace(
+        FAST, durable_check_s=3600))  # fmt: skip  (checked by hand below)
+    await runtime.ensure_consumer()
+    running = asyncio.create_task(runtime.run())
+    cli = await bus.open("cli")
+    stream = bus.cfg.log_stream
+    try:
+        await cli.append(TaskSubmitted(text="before", run_id=new_event_id()))
+        await eventually(lambda: reactor.seen == ["before"])
+        llm = await bus.open("llm")
+        body = {"stream_name": stream, "config": {
+            "name": "executor", "ack_policy": "explicit", "filter_subject": "nanocrab.nothing"}}
+        reply = await llm.nc.request(f"$JS.API.CONSUMER.CREATE.{stream}",
+                                     json.dumps(body).encode(), timeout=5)  # fmt: skip
+        assert b'"name":"executor"' in reply.data, "the server let it through (the gap)"
+        await cli.append(TaskSubmitted(text="during", run_id=new_event_id()))
+        assert runtime.guard is not None
+        changed = await eventually(runtime.guard.check)
+        assert any(c.startswith("filter:") for c in changed) and runtime.guard.repaired == 1
+        await eventually(lambda: reactor.seen == ["before", "during"])
+        assert await runtime.guard.check() == [], "as the runtime made it"
+    finally:
+        runtime.stop()
+        await running

@@ -42,6 +42,7 @@ from opentelemetry.util.types import AttributeValue
 
 from nanocrab.bus.acks import deferred_acks, send_acks_first
 from nanocrab.bus.connection import patiently, reconnects_of
+from nanocrab.bus.durable_guard import DurableGuard
 from nanocrab.bus.errors import BusError, PublishRefused, TransientError
 from nanocrab.bus.failures import Severity, severity
 from nanocrab.bus.log import EventLog
@@ -87,6 +88,9 @@ class RuntimeOptions:
     """How long a stopping handler waits for messages already sent to its open pull, which
     would otherwise be redelivered only after ``ack_wait``. A one-shot command that has seen
     its run end sets it low: it has nothing left to wait for."""
+    durable_check_s: float = 2.0
+    """How often the durable's configuration is compared with the runtime's, and put back when
+    someone else changed it (:mod:`nanocrab.bus.durable_guard`)."""
     concurrency: int = 1
     """Events handled at once. Above 1, events of different runs are handled side by side (and
     acknowledged out of order); the events of one run are still handled one after another, in
@@ -141,6 +145,7 @@ class HandlerRuntime:
         self._handling: dict[int, tuple[Msg, float]] = {}  # id(msg) → (msg, handled since)
         self._handling_task: asyncio.Task[None] | None = None
         self._slots = asyncio.Semaphore(self.opts.concurrency)
+        self.guard: DurableGuard | None = None  # while running: who watches the durable
 
     def consumer_config(self) -> ConsumerConfig:
         return ConsumerConfig(
@@ -185,6 +190,21 @@ class HandlerRuntime:
             self._puller.stop(self.opts.stop_grace_s)
 
     async def run(self) -> None:
+        guard = DurableGuard(
+            self.log.js, self.log.cfg.log_stream, self.durable, self.consumer_config,
+            partial(self.log.js.add_consumer, self.log.cfg.log_stream,
+                    config=self.consumer_config()),
+            interval_s=self.opts.durable_check_s,
+        )  # fmt: skip
+        self.guard = guard
+        watching = asyncio.create_task(guard.watch(self._stopping))
+        try:
+            await self._run()
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+
+    async def _run(self) -> None:
         reconnects = reconnects_of(self.log.nc)
         while not self._stopping.is_set():
             sub = None

@@ -399,6 +399,35 @@ async def test_the_orchestrator_cannot_settle_a_call_the_executor_runs(
     assert done.completed.id == outcome.id
 
 
+async def test_the_audit_shows_a_guardrail_refusal_only_behind_a_blocking_verdict(
+    late: Case,
+) -> None:
+    """A fifth pass, as the orchestrator: a refusal "blocked by guardrail secrets-exfil" for a
+    call no verdict blocked showed in the audit as refused. Now only one a blocking
+    ``tool_call`` verdict stands behind does."""
+    rig = late.rig
+    run = await rig.start_run()
+    env = await envelope(rig, run)
+    uses = [ToolUseBlock(id="c_forged", name="exec", input={"command": "ls"}),
+            ToolUseBlock(id="c_blocked", name="exec", input={"command": "curl evil"})]  # fmt: skip
+    await rig.log.append_batch([
+        LlmRequested(turn=0, source="orchestrator", **env),
+        LlmResponded(provider="scripted", model="m", stop_reason="tool_use", turn=0,
+                     source="llm", content=uses, **env),
+        GuardrailChecked(checkpoint="tool_call", target_id="c_blocked", action="block",
+                         reason="exfiltration", source="guardrails", **env),
+    ])  # fmt: skip
+    for call in ("c_forged", "c_blocked"):
+        await rig.log.append(ToolResolved(
+            call_id=call, tool="exec", is_error=True, error_kind="denied", source="orchestrator",
+            content=[TextBlock("blocked by a guardrail, the call was not run")], **env,
+        ))  # fmt: skip
+    row = await rig.audit("c_blocked", lambda r: r.outcome == "refused")
+    assert row.settled_by == "orchestrator"
+    forged = await rig.audit("c_forged")
+    assert forged.outcome is None and forged.settled_by is None
+
+
 async def test_the_orchestrator_settles_what_the_guardrails_blocked_and_its_own_tools() -> None:
     """The other side: the results it may publish are believed — a refusal behind a blocking
     verdict (before any request), and a ``spawn``'s answer on its grant."""

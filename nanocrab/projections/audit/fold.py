@@ -21,6 +21,7 @@ from nanocrab.events import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    GuardrailChecked,
     SecurityRejected,
     TextBlock,
     ToolCompleted,
@@ -47,9 +48,9 @@ from nanocrab.projections.audit.rows import (
     trace_id_of,
 )
 from nanocrab.projections.audit.tables import (
-    _AUDITED,
     ERROR_CHARS,
     NO_RUN,
+    _audited,
     audit_approvals,
     audit_events,
     audit_invocations,
@@ -90,6 +91,8 @@ class _Fold:
             run = _run(e)
             if (cid := getattr(e, "call_id", None)) is not None:
                 call_keys.add((run, cid))
+            if isinstance(e, GuardrailChecked):  # a blocked call's verdict (``_audited``)
+                call_keys.add((run, e.target_id))
             if (gid := getattr(e, "grant_id", None)) is not None:
                 grant_keys.add((run, gid))
             if (aid := getattr(e, "approval_id", None)) is not None:
@@ -248,12 +251,14 @@ class _Fold:
                 c.backend = e.backend or c.backend
                 if e.grant_id:
                     self.link_grant(c, e.grant_id)
+            case GuardrailChecked():  # only tool_call blocks reach the fold (``_audited``)
+                self.call((run, e.target_id), e).guardrail_blocked = True
             case ToolResolved():
                 c = self.call((run, e.call_id), e)
                 granted = c.tool if c.grant_event_id is not None else None
                 requested = c.arguments is not None
                 if c.outcome is None and orchestrator_may_resolve(
-                    e, granted_tool=granted, requested=requested, blocked=True
+                    e, granted_tool=granted, requested=requested, blocked=c.guardrail_blocked
                 ):
                     _settle(c, e, "orchestrator")
             case ToolCompleted():
@@ -371,7 +376,7 @@ class AuditProjection:
     @staticmethod
     def relevant(stored: Stored) -> bool:
         """Only tool, grant, approval and security events change the audit."""
-        return isinstance(stored.event, _AUDITED)
+        return _audited(stored.event)
 
     def subject_filter(self, subjects: Subjects) -> str:
         return f"{subjects.root}.*.run.>"
@@ -379,7 +384,7 @@ class AuditProjection:
     async def apply(self, conn: AsyncConnection, batch: Sequence[Stored]) -> None:
         # each event once by id: a second copy (say a grant.issued re-sent after the
         # security.rejected that refused it) must not fold again
-        audited = [s for s in batch if isinstance(s.event, _AUDITED)]
+        audited = [s for s in batch if _audited(s.event)]
         events = [s.event for s in await first_copies(conn, audit_events, audited) if s.event]
         fold = _Fold()
         await fold.load(conn, events)

@@ -100,6 +100,7 @@ class _Call:
     revoked: bool = False
     backend: str | None = None  # where it ran (tool.started.backend); None: locally
     settled_by: str | None = None  # executor / orchestrator: whose result ``outcome`` is
+    guardrail_blocked: bool = False  # a tool_call verdict blocked it (guardrail.checked)
 
     @property
     def key(self) -> Key:

@@ -26,6 +26,7 @@ from nanocrab.events import (
     GrantDenied,
     GrantIssued,
     GrantRevoked,
+    GuardrailChecked,
     SecurityRejected,
     ToolCompleted,
     ToolRequested,
@@ -87,6 +88,7 @@ audit_invocations = Table(
     Column("revoked", Boolean, nullable=False),
     Column("backend", String(64)),  # tool.started.backend: ssh:<name>; null: the executor's host
     Column("settled_by", String(16)),  # executor (tool.completed) / orchestrator (tool.resolved)
+    Column("guardrail_blocked", Boolean, nullable=False),  # a tool_call verdict blocked it
     # call id first: the key's index also serves a lookup by call id alone
     PrimaryKeyConstraint("call_id", "run_id"),
     Index("ix_audit_invocations_run", "run_id", "requested_at"),
@@ -161,6 +163,15 @@ _AUDITED = (
     ApprovalRequested, ApprovalGranted, ApprovalDenied, ApprovalExpired, SecurityRejected,
     BudgetExceeded, BudgetRaised, BudgetRefused,
 )  # fmt: skip
+
+
+def _audited(e: object) -> bool:
+    """An event that changes the audit: :data:`_AUDITED`, and a verdict that blocked a tool
+    call (what an orchestrator's refusal of the call must stand on)."""
+    return isinstance(e, _AUDITED) or (
+        isinstance(e, GuardrailChecked) and e.checkpoint == "tool_call"
+        and e.action in ("block", "redact")
+    )  # fmt: skip
 
 _ERROR_RANK = {"security": 0, "revoke": 1, "approval": 2, "grant": 3, "tool": 4}
 """Which explanation a call's ``error`` shows when several apply: the most decisive one."""

@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -273,7 +274,7 @@ def _stopped(**limit: Any) -> tuple[Any, Budgets, BudgetExceeded]:
     budgets = Budgets(run=Limit(max_tokens=1000, on_exceed="ask", **limit))
     (over,) = decide(state, datetime.now(UTC), budgets=budgets)
     assert isinstance(over, BudgetExceeded) and over.on_exceed == "ask"
-    state.apply(over, 50)
+    state.apply(msgspec.structs.replace(over, tenant="acme"), 50)  # stamped, as appended
     return state, budgets, over
 
 
@@ -293,13 +294,13 @@ def test_a_raise_lets_the_call_through_and_a_refusal_ends_the_run() -> None:
 
     state, budgets, over = _stopped(raise_tokens=500)
     raised = BudgetRaised(exceeded_id=over.id, approval_id="a", scope="run", key=state.run_id,
-                          increment=Budget(max_tokens=500))  # fmt: skip
+                          increment=Budget(max_tokens=500), tenant="acme")  # fmt: skip
     state.apply(raised, 51)
     (call,) = decide(state, utcnow(), budgets=budgets)
     assert isinstance(call, LlmRequested) and call.turn == 1
 
     state, budgets, over = _stopped()
-    state.apply(BudgetRefused(exceeded_id=over.id, answer="denied", reason="no"), 51)
+    state.apply(BudgetRefused(exceeded_id=over.id, answer="denied", reason="no", tenant="acme"), 51)
     (failed,) = decide(state, utcnow(), budgets=budgets)
     assert isinstance(failed, RunFailed) and failed.kind == "budget"
     assert "refused (denied: no)" in failed.reason

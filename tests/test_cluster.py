@@ -115,3 +115,36 @@ async def test_r3_streams_keep_taking_appends_with_a_node_down(tmp_path: Path) -
     finally:
         await connector.close()
         cluster.stop()
+
+
+def test_a_port_taken_between_choosing_and_binding_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two test workers starting clusters at once: a free port one chose was bound by the other
+    before its node started (seen in a CI run: "bind: address already in use")."""
+    import dataclasses
+    import socket
+
+    from nanocrab.bus import cluster as cluster_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    chosen = cluster_module.loopback_nodes
+    calls: list[int] = []
+
+    def first_one_taken(count: int, *, host: str = "127.0.0.1") -> list[NodeSpec]:
+        nodes = chosen(count, host=host)
+        calls.append(count)
+        if len(calls) == 1:
+            nodes[0] = dataclasses.replace(nodes[0], client_port=taken.getsockname()[1])
+        return nodes
+
+    monkeypatch.setattr(cluster_module, "loopback_nodes", first_one_taken)
+    cluster = LocalCluster(tmp_path / "cluster")
+    try:
+        cluster.start()
+        assert len(calls) == 2 and cluster.nodes[0].client_port != taken.getsockname()[1]
+    finally:
+        cluster.stop()
+        taken.close()

@@ -86,6 +86,10 @@ def node_config(
     )
 
 
+_PORT_ATTEMPTS = 3
+"""Tries at starting a cluster on fresh ports when a chosen port was taken meanwhile."""
+
+
 def loopback_nodes(count: int, *, host: str = "127.0.0.1") -> list[NodeSpec]:
     """``count`` nodes on free loopback ports, named ``n1`` … ``nN``."""
     if count < 1:
@@ -173,12 +177,31 @@ class LocalCluster:
                 f"a cluster recorded in {self.state_file} is running: "
                 "`nanocrab cluster down` stops it"
             )
-        self.nodes = loopback_nodes(self.count, host=self.host)
-        for node in self.nodes:
-            self._spawn(node)
-        self.wait_healthy()
+        for attempt in range(_PORT_ATTEMPTS):
+            self.nodes = loopback_nodes(self.count, host=self.host)
+            for node in self.nodes:
+                self._spawn(node)
+            try:
+                self.wait_healthy()
+                break
+            except ServerStartError:
+                # a free port taken by another process between choosing it and the node's bind
+                # (two test workers starting clusters at once): new ports, once more
+                if attempt + 1 == _PORT_ATTEMPTS or not self._lost_a_port():
+                    self.stop()
+                    raise
+                self.stop()
         self._record()
         return self.url
+
+    def _lost_a_port(self) -> bool:
+        """Whether a node stopped because a port it was given was in use by then."""
+        for node in self.nodes:
+            log_file = self.dir / node.name / "server.log"
+            with contextlib.suppress(OSError):
+                if b"address already in use" in log_file.read_bytes()[-4096:]:
+                    return True
+        return False
 
     def _spawn(self, node: NodeSpec) -> None:
         conf = self._write(node)

@@ -293,8 +293,13 @@ async def test_a_client_dropped_mid_run_resumes_where_it_was(gw: Gateway) -> Non
                 elif line == "" and message:
                     first.append(message)
                     message = {}
-                    if first[-1]["event"] == "approval.requested":
-                        break  # the client goes away mid-run
+                    kinds = {m["event"] for m in first}
+                    # the client goes away mid-run, once it has the first turn's deltas (a
+                    # feed opened while the run is live has them, live or from the ephemeral
+                    # stream, in either order with the log events: waiting for both does not
+                    # race the run on a loaded machine)
+                    if {"approval.requested", "llm.delta"} <= kinds:
+                        break
         pending = await pending_approval(c, run_id)
         assert (await c.post(f"/v1/approvals/{pending['approval_id']}/approve")).status_code == 200
         rest = await sse_events(c, f"/v1/runs/{run_id}/events", **{"Last-Event-ID": first[-1]["id"]})

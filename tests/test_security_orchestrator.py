@@ -15,6 +15,7 @@ import pytest
 
 from nanocrab.bus import read_run
 from nanocrab.events import (
+    AgentResponded,
     Event,
     GrantIssued,
     GuardrailChecked,
@@ -170,3 +171,23 @@ async def test_the_orchestrator_settles_what_the_guardrails_blocked_and_its_own_
         state = fold("r1", list(enumerate(events, 1)))
         assert [r.event for r in state.rejected] == [forged]
         assert all(c.completed is None for t in state.turns for c in t.calls)
+
+
+@pytest.mark.parametrize("driver", ["model", "python"])
+def test_a_run_believes_only_its_driver_s_answers(driver: str) -> None:
+    """A fifth pass, as ``pyagent``: an ``llm.responded`` in a model-driven run was believed and
+    its ``exec`` ran. A Python agent answers with ``agent.responded``, believed only where
+    ``run.started.driver`` is ``python``; the model's answers only where it is ``model``."""
+    env: dict[str, Any] = {"run_id": "r1", "task_id": "r1", "session_id": "s1"}
+    call = [ToolUseBlock(id="c1", name="exec", input={"command": "id"})]
+    answer: dict[str, Any] = {"provider": "python", "model": "m", "stop_reason": "tool_use",
+                              "turn": 0, "content": call, **env}  # fmt: skip
+    own = AgentResponded(**answer) if driver == "python" else LlmResponded(**answer)
+    other = LlmResponded(**answer) if driver == "python" else AgentResponded(**answer)
+    base: list[Event] = [TaskSubmitted(text="t", **env),
+                         RunStarted(driver=driver, **env),  # type: ignore[arg-type]
+                         LlmRequested(turn=0, **env)]  # fmt: skip
+    state = fold("r1", list(enumerate([*base, other], 1)))
+    assert state.turns[0].response is None and [r.event for r in state.rejected] == [other]
+    state = fold("r1", list(enumerate([*base, own], 1)))
+    assert state.turns[0].response == own and state.rejected == []

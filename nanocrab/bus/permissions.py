@@ -95,9 +95,10 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     # GenAI spans and metrics from the log; alerts on budget stops, dead letters, handler lag
     TELEMETRY: ("alert.raised", *_DEAD_LETTERS),
-    # Python agents answer their runs' turns as a model would (their tool calls still go
-    # through the orchestrator, the policy and the executor), and record logs, metrics, health
-    PYAGENT: ("llm.responded", "llm.failed", "agent.*", *_DEAD_LETTERS),
+    # Python agents answer their runs' turns as a model would (agent.responded, believed only
+    # in runs a Python agent drives; their tool calls still go through the orchestrator, the
+    # policy and the executor), and record logs, metrics, health
+    PYAGENT: ("llm.failed", "agent.*", *_DEAD_LETTERS),
     # the run_end extension hooks' notes (handlers/hooks.py)
     HOOKS: ("hook.applied", *_DEAD_LETTERS),
     PROJECTOR: (),

@@ -171,7 +171,7 @@ class TelegramChannel:
                     reply.text = ""
                 case "llm.delta":
                     reply.text += str(data.get("text", ""))
-                case "llm.responded":
+                case "llm.responded" | "agent.responded":
                     said = " ".join(
                         str(b.get("text", "")) for b in data.get("content", [])
                         if b.get("type") == "text"

@@ -42,6 +42,7 @@ from nanocrab.events.guardrails import (
 from nanocrab.events.hooks import HookApplied, HookPoint
 from nanocrab.events.ids import child_run_id, derive_event_id, new_event_id, utcnow
 from nanocrab.events.llm import (
+    AgentResponded,
     ContextCompacted,
     LlmDelta,
     LlmFailed,
@@ -148,6 +149,7 @@ __all__ = [
     "AgentHealth",
     "AgentLogged",
     "AgentMetric",
+    "AgentResponded",
     "AlertRaised",
     "AnyEvent",
     "ApprovalDenied",

@@ -36,6 +36,14 @@ class LlmResponded(Event, frozen=True, tag="llm.responded"):
     latency_ms: float = 0.0
 
 
+class AgentResponded(LlmResponded, frozen=True, tag="agent.responded"):
+    """A Python agent's answer to its run's turn, in the model's place (``handlers/pyagent.py``):
+    the fields of :class:`LlmResponded`, a subclass, so whatever reads a turn's answer reads
+    both. Only the ``pyagent`` identity publishes it, and a run believes it only when its
+    ``run.started`` says a Python agent drives it (``driver: python``) — as it believes an
+    ``llm.responded`` only when a model does: hosted agent code cannot answer other runs' turns."""
+
+
 class LlmFailed(Event, frozen=True, tag="llm.failed"):
     """``overflow`` → compact and retry once; ``retryable`` → backoff; ``fatal`` → fail the run;
     ``agent``: a Python agent playing the model's part failed (it raised, returned no

@@ -21,7 +21,14 @@ from nanocrab.events.capabilities import (
 )
 from nanocrab.events.guardrails import AlertRaised, GuardrailChecked
 from nanocrab.events.hooks import HookApplied
-from nanocrab.events.llm import ContextCompacted, LlmDelta, LlmFailed, LlmRequested, LlmResponded
+from nanocrab.events.llm import (
+    AgentResponded,
+    ContextCompacted,
+    LlmDelta,
+    LlmFailed,
+    LlmRequested,
+    LlmResponded,
+)
 from nanocrab.events.plans import PlanCreated, PlanStepCompleted, PlanStepFailed, PlanStepStarted
 from nanocrab.events.runs import (
     MessageQueued,
@@ -75,7 +82,7 @@ AnyEvent = (
     TaskSubmitted | RunStarted | RunCompleted | RunFailed | RunCancelled
     | RouteDecided | GuardrailChecked | AlertRaised
     | PlanCreated | PlanStepStarted | PlanStepCompleted | PlanStepFailed
-    | LlmRequested | LlmDelta | LlmResponded | LlmFailed | ContextCompacted
+    | LlmRequested | LlmDelta | LlmResponded | AgentResponded | LlmFailed | ContextCompacted
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolResolved | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
     | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved | CapabilityInvoked

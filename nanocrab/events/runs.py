@@ -39,13 +39,16 @@ class RunStarted(Event, frozen=True, tag="run.started"):
     """``guarded``: the guardrail checkpoints whose verdict the run waits for, pinned when the
     run starts (the chain had a filter for them), so replaying the run decides the same way.
     ``config``: the configuration version (``reload.activated``) the run is pinned to and
-    finishes on; empty for the configuration a process loaded at start (and older logs)."""
+    finishes on; empty for the configuration a process loaded at start (and older logs).
+    ``driver``: who answers the run's turns — the model (``llm.responded``, the LLM handler) or
+    a Python agent (``agent.responded``, the pyagent host); a run believes only its driver's."""
 
     agent: str = "default"
     parent_run_id: str | None = None
     max_steps: int | None = None
     guarded: list[str] = []
     config: str = ""
+    driver: Literal["model", "python"] = "model"
 
 
 class RunCompleted(Event, frozen=True, tag="run.completed"):

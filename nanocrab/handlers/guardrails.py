@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from nanocrab.bus import Delivery, EventLog
 from nanocrab.events import (
+    AgentResponded,
     AlertRaised,
     Event,
     GuardrailChecked,
@@ -109,7 +110,7 @@ def consumed(chain: Chain) -> tuple[type[Event], ...]:
     if "tool_output" in guarded:
         types += [ToolCompleted, ToolResolved]  # a subagent's answer is tool output too
     if guarded & {"tool_call", "reply"}:
-        types.append(LlmResponded)
+        types += [LlmResponded, AgentResponded]  # a Python agent's calls and replies too
     return tuple(types)
 
 

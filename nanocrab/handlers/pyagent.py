@@ -39,10 +39,10 @@ from nanocrab.bus import Delivery, EventLog
 from nanocrab.events import (
     AgentHealth,
     AgentLogged,
+    AgentResponded,
     Event,
     LlmFailed,
     LlmRequested,
-    LlmResponded,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -135,14 +135,14 @@ class PyAgentHandler:
         if isinstance(outcome, Calls):
             blocks = [ToolUseBlock(id=c.call_id, name=c.tool, input=c.arguments)
                       for c in outcome.calls]  # fmt: skip
-            events.append(LlmResponded(provider=PROVIDER, model=model, content=list(blocks),
+            events.append(AgentResponded(provider=PROVIDER, model=model, content=list(blocks),
                                        stop_reason="tool_use", turn=event.turn,
                                        usage=Usage()))  # fmt: skip
             return events
         self.sessions.pop(event.run_id, None)
         if isinstance(outcome, Finished):
             text = outcome.response.text
-            events.append(LlmResponded(provider=PROVIDER, model=model,
+            events.append(AgentResponded(provider=PROVIDER, model=model,
                                        content=[TextBlock(text)], stop_reason="end_turn",
                                        turn=event.turn, usage=Usage()))  # fmt: skip
             return events

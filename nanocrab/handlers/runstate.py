@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal
 
 from nanocrab.events import (
+    AgentResponded,
     ApprovalDenied,
     ApprovalExpired,
     ApprovalGranted,
@@ -250,7 +251,9 @@ class RunState:
             return
         if isinstance(event, ToolResolved) and not self._resolves(event, seq):
             return
-        if isinstance(event, LlmResponded) and not self._distinct_calls(event, seq):
+        if isinstance(event, LlmResponded) and not (
+            self._from_driver(event, seq) and self._distinct_calls(event, seq)
+        ):
             return
         self.events.append(event)
         self.seq = max(self.seq, seq)
@@ -413,6 +416,17 @@ class RunState:
         else:
             return True
         self.reject(event, seq, why)
+        return False
+
+    def _from_driver(self, event: LlmResponded, seq: int) -> bool:
+        """Whether ``event`` answers as the run's driver does: ``agent.responded`` in a run a
+        Python agent drives, ``llm.responded`` in any other. (An adversarial pass: the pyagent
+        identity answered a model-driven run's turns, and ran its tools.)"""
+        python = self.started is not None and self.started.driver == "python"
+        if isinstance(event, AgentResponded) == python:
+            return True
+        who = "a Python agent" if isinstance(event, AgentResponded) else "the model"
+        self.reject(event, seq, f"an answer from {who}, not from the run's driver")
         return False
 
     def _distinct_calls(self, event: LlmResponded, seq: int) -> bool:

@@ -32,6 +32,7 @@ import nats.js.errors
 from nanocrab.bus import Delivery, EventLog
 from nanocrab.events import (
     AgentMetric,
+    AgentResponded,
     AlertRaised,
     ApprovalDenied,
     ApprovalExpired,
@@ -69,8 +70,8 @@ SEEN = 20_000
 
 
 PER_EVENT: tuple[type[Event], ...] = (
-    LlmResponded, LlmFailed, ToolCompleted, ToolResolved, GrantIssued, GrantDenied,
-    GuardrailChecked, AgentMetric,
+    LlmResponded, AgentResponded, LlmFailed, ToolCompleted, ToolResolved, GrantIssued,
+    GrantDenied, GuardrailChecked, AgentMetric,
 )  # fmt: skip
 """What closes a span or moves a metric within a run: consumed one by one only when ``live``;
 otherwise read from the run's state when the run ends."""

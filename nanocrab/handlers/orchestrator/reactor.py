@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import nats.errors
@@ -60,6 +60,7 @@ from nanocrab.handlers.orchestrator.rejections import DeadLetter, TaskRejected, 
 from nanocrab.handlers.runloader import RunLoader
 from nanocrab.handlers.runstate import RunState, Trust, passed_untouched
 from nanocrab.policy.budgets import Budgets
+from nanocrab.pyagent.loader import run_agent
 from nanocrab.reload import ConfigView
 
 if TYPE_CHECKING:  # the guardrails library loads only where guardrails are on
@@ -200,8 +201,14 @@ class Orchestrator:
         if not any(isinstance(e, RunStarted) for e in reaction.events):
             return reaction
         version = await self.config.version_at(seq)
+        started = next(e for e in reaction.events if isinstance(e, RunStarted))
+        # who answers the run's turns: the run believes only its driver's answers
+        python = await run_agent(self.config, started.agent, version) is not None
+        driver: Literal["model", "python"] = "python" if python else "model"
         events = [
-            msgspec.structs.replace(e, config=version) if isinstance(e, RunStarted) else e
+            msgspec.structs.replace(e, config=version, driver=driver)
+            if isinstance(e, RunStarted)
+            else e
             for e in reaction.events
         ]
         return Reaction(events, expect=reaction.expect, chained=reaction.chained)

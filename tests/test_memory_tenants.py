@@ -39,16 +39,12 @@ from nanocrab.tools import LocalOperations
 from nanocrab.tools.base import ToolContext
 from nanocrab.tools.memory import RecallArgs, RecallTool
 
+from . import test_memory_routing as routing_tests
+from . import test_memory_store as store_tests
 from .agent_fixtures import agent_reactors, finished, of_type, running_host, submit
 from .conftest import eventually
 
-AGENTS = Path(__file__).parent / "data" / "routing" / "agents.yaml"
-REPLY = """
-scripts:
-  - name: main
-    turns:
-      - text: "done: {task}"
-"""
+AGENTS, REPLY = routing_tests.AGENTS, routing_tests.REPLY
 SECRET = "hunter2-TENANT-A"
 A_TASK = f"Deploy the payroll service with database password {SECRET}"
 
@@ -244,15 +240,8 @@ async def test_new_consolidates_the_tenants_own_session_only(sqlite_engine: Asyn
 
 # --- the vector store's contract (SQLite and PostgreSQL, own index and exact) ----------------
 
-DIM = 16
-
-
-@pytest.fixture(params=["native", "exact"])
-async def store(request: pytest.FixtureRequest, engine: AsyncEngine) -> VectorStore:
-    s = VectorStore(DIM, index="exact" if request.param == "exact" else None)
-    async with engine.begin() as conn:
-        await s.setup(conn)
-    return s
+DIM = store_tests.DIM
+store = store_tests.store  # the vector store fixture: SQLite and PostgreSQL, own index and exact
 
 
 async def test_a_tenant_filter_finds_the_best_k_of_that_tenant(

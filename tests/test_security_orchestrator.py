@@ -5,9 +5,7 @@ has the rig), and in the run state's fold."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -33,27 +31,12 @@ from nanocrab.events import (
     utcnow,
 )
 from nanocrab.handlers.runstate import fold
+from tests import test_security_integrity as integrity
 from tests.conftest import eventually
 from tests.test_broker_permissions import bus, secured  # noqa: F401  (fixtures)
-from tests.test_security_integrity import (
-    Case,
-    CountingRead,
-    CountingWrite,
-    case_rig,
-    completed,
-    envelope,
-    lines,
-    reported,
-)
+from tests.test_security_integrity import Case, completed, envelope, lines, reported
 
-
-@pytest.fixture
-async def late(log, sqlite_engine, tmp_path: Path) -> AsyncIterator[Case]:  # type: ignore[no-untyped-def]
-    """Policy and audit running; the executor starts when the case says (``case.executor()``)."""
-    async with case_rig(
-        log, sqlite_engine, tmp_path, executor=False, tools=[CountingWrite(), CountingRead()]
-    ) as c:
-        yield c
+late = integrity.late  # the fixture: policy and audit running, the executor when a case says
 
 # --- the orchestrator's own results: believed for its own tools only --------------------------
 

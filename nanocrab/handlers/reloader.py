@@ -4,8 +4,10 @@ Identity ``reloader``. Its background loop watches the configuration directory (
 debounced; :mod:`nanocrab.reload.snapshot` says which files count) and, when the snapshot there
 differs from the active version, stores the snapshot in the object store (content-addressed:
 ``<version>/config.msgpack``) and appends ``reload.proposed`` (content hashes, the changed
-paths, a unified diff). The event id derives from the version and its predecessor, so several
-reloaders watching the same directory propose a change once.
+paths, a unified diff). The event id derives from the version, its predecessor and the last
+switch, so several reloaders watching the same directory propose a change once, and a version
+saved again after a switch is proposed again. A version just rolled back is not proposed again
+from the unchanged directory (that would undo the rollback): a person activates it, or edits.
 
 Consumes:
 
@@ -16,9 +18,12 @@ Consumes:
   (reason ``manual``) / ``reload.rolled_back``, or ``reload.rejected`` naming why not;
 * ``reload.activated`` / ``reload.rolled_back`` → the health watch follows the switches;
 * ``run.started`` / ``run.completed`` / ``run.failed`` → which version each run is pinned to,
-  and whether it failed: when the share of failed runs on a freshly activated version crosses
-  the threshold within the window (:class:`~nanocrab.reload.health.HealthWatch`),
-  ``reload.rolled_back`` (automatic) and an ``alert.raised``.
+  and whether it failed (a kind the configuration can cause: not a guardrail's block, a budget
+  or a refused task, which a submitter chooses): when the share of failed runs on a freshly
+  activated version crosses the threshold within the window
+  (:class:`~nanocrab.reload.health.HealthWatch`), ``reload.rolled_back`` (automatic) and an
+  ``alert.raised`` — or only the alert when going back would change a file that decides what
+  runs may do (``policy.yaml``, ``guardrails.yaml``, ``agents.yaml``): a person decides.
 
 Every switch is appended with an expected last sequence on the switch subject filter, so two
 decisions never both switch on the same state (the later one is dropped; a redelivery decides
@@ -57,7 +62,7 @@ from nanocrab.events import (
     derive_event_id,
 )
 from nanocrab.reload import ConfigView, HealthWatch, Snapshot, collect, diff, validate
-from nanocrab.reload.health import HealthOptions
+from nanocrab.reload.health import HealthOptions, counts_against, touches_permissions
 from nanocrab.reload.snapshot import relevant
 from nanocrab.reload.view import SNAPSHOT_NAME
 
@@ -104,6 +109,7 @@ class Reloader:
         self.store = JetStreamArtifacts(log_)
         self.snapshots: dict[str, Snapshot] = {}
         self.runs: OrderedDict[str, str] = OrderedDict()
+        self._held_back = ""  # the rolled-back version the directory still holds (logged once)
         self.watching = asyncio.Event()
         """Set once the watcher is up (tests and the bench edit files after it)."""
 
@@ -144,6 +150,21 @@ class Reloader:
         unchanged = not active and snapshot == self.startup and not force
         if snapshot.version == active or unchanged:
             return None
+        last = self.view.switches[-1] if self.view.switches else None
+        if (
+            last is not None
+            and isinstance(last.event, ReloadRolledBack)
+            and last.event.from_version == snapshot.version
+            and not force
+        ):  # the files still hold what was just rolled back: a person activates it again
+            if self._held_back != snapshot.version:
+                self._held_back = snapshot.version
+                log.warning(
+                    "reloader: the directory still holds version %s, rolled back at stream "
+                    "sequence %d; not proposing it again (edit the files, or `nanocrab config "
+                    "activate %s`)", snapshot.version[:12], last.seq, snapshot.version[:12],
+                )  # fmt: skip
+            return None
         previous = self.snapshots.get(active) or await self._snapshot_of(active)
         changed, text = diff(previous, snapshot)
         data = snapshot.encode()
@@ -151,7 +172,8 @@ class Reloader:
                                    preview=", ".join(changed)[:200])  # fmt: skip
         self.snapshots[snapshot.version] = snapshot
         event = ReloadProposed(
-            id=derive_event_id(NAME, f"{active}:{snapshot.version}", 0), source=NAME,
+            id=derive_event_id(NAME, f"{active}:{snapshot.version}@{last.seq if last else 0}", 0),
+            source=NAME,
             version=snapshot.version, previous=active, files=snapshot.manifest(),
             changed=changed, diff=text, snapshot=ref,
         )  # fmt: skip
@@ -269,13 +291,28 @@ class Reloader:
         if event.run_id is None or event.run_id not in self.runs:
             return Reaction()  # started before this reloader watched: not on a watched version
         version = self.runs.pop(event.run_id)
-        failed = isinstance(event, RunFailed) and event.kind != "rejected"
+        failed = isinstance(event, RunFailed) and counts_against(event.kind)
         verdict = self.health.ended(version, failed, event.time)
         if verdict is None:
             return Reaction()
         active, guard = await self._guard()
         if active != verdict.from_version:
             return Reaction()  # switched away meanwhile: nothing of it to roll back
+        changed, _ = diff(
+            await self._snapshot_of(verdict.to_version),
+            await self._snapshot_of(verdict.from_version),
+        )
+        held = touches_permissions(changed)
+        if held:  # going back could allow what this version forbids: a person decides
+            self.health.rolled(verdict.from_version)  # judged once, like a rollback
+            log.error("reloader: not rolling back automatically (%s changed): %s",
+                      ", ".join(held), verdict.reason)  # fmt: skip
+            return Reaction([AlertRaised(
+                severity="critical", origin="reload",
+                summary=f"configuration {verdict.from_version[:12]}: {verdict.reason}; not "
+                f"rolled back automatically, since it changes {', '.join(held)} and going "
+                "back could allow what it forbids: `nanocrab config rollback` to go back",
+            )])  # fmt: skip
         log.error("reloader: rolling back: %s", verdict.reason)
         return Reaction(
             [

@@ -5,12 +5,39 @@ when to roll back. A version is watched from its activation for ``window_s`` sec
 time; once at least ``min_runs`` runs pinned to it ended in that window and the share of them
 that failed reaches ``threshold``, the verdict is a rollback to the version before it. A
 version is rolled back at most once; runs on other versions never count.
+
+Only failures a configuration can cause count (:func:`counts_against`): whoever submits tasks
+can make runs fail on a guardrail or a budget at will, and those failures must not be able to
+switch the configuration. Whether a verdict is carried out automatically is the reloader's
+call: never when going back would change :data:`PERMISSION_FILES`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+PERMISSION_FILES = frozenset({"policy.yaml", "guardrails.yaml", "agents.yaml"})
+"""Files that decide what runs may do (the policy's tiers, the guardrails chain, the tools and
+models each agent has). A version changing one of them is never rolled back automatically:
+going back could allow what the new version forbids (an operator's tightening undone by
+runs an attacker made fail). Its failing runs raise an alert; a person rolls back."""
+
+SUBMITTER_FAILURES = frozenset({"rejected", "guardrail", "budget"})
+"""``run.failed`` kinds that do not count against a version: a refused task, a blocked input
+or action, a spent budget — outcomes the submitter of the task chooses, not faults of the
+configuration."""
+
+
+def counts_against(kind: str) -> bool:
+    """Whether a ``run.failed`` of ``kind`` counts as a failure of the run's version."""
+    return kind not in SUBMITTER_FAILURES
+
+
+def touches_permissions(changed: Iterable[str]) -> list[str]:
+    """Those of ``changed`` (paths of a snapshot) in :data:`PERMISSION_FILES`, sorted."""
+    return sorted(p for p in changed if p in PERMISSION_FILES)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,14 @@ from starlette.exceptions import HTTPException
 
 from nanocrab.branching import fork_json, tree_json
 from nanocrab.bus import BusError
-from nanocrab.gateway.auth import COOKIE, Authenticator, bearer
+from nanocrab.gateway.auth import (
+    COOKIE,
+    SAFE_METHODS,
+    Authenticator,
+    bearer,
+    cross_site,
+    same_origin,
+)
 from nanocrab.gateway.bodies import MAX_TASK_BODY, read_body
 from nanocrab.gateway.errors import Problem, not_found
 from nanocrab.gateway.filters import parse_since
@@ -119,7 +126,10 @@ def _doc(model: type[BaseModel]) -> dict[str, Any]:
 def _presented(request: Request, creds: HTTPAuthorizationCredentials | None) -> str | None:
     if creds is not None:
         return creds.credentials
-    return request.cookies.get(COOKIE)
+    cookie = request.cookies.get(COOKIE)
+    if cookie and request.method not in SAFE_METHODS and not same_origin(request.headers):
+        raise cross_site(request.headers)  # another page made the browser send the cookie
+    return cookie
 
 
 def needs(*scopes: Scope) -> Callable[..., Awaitable[Token]]:
@@ -297,8 +307,12 @@ def create_app(backend: Backend, *, web: bool = True) -> FastAPI:
         ``?token=``."""
         auth: Authenticator = ws.app.state.auth
         try:
-            presented = bearer(ws.headers.get("authorization")) or ws.cookies.get(COOKIE)
-            token = await auth.check(auth.token(presented or ws.query_params.get("token")), "read")
+            presented = bearer(ws.headers.get("authorization")) or ws.query_params.get("token")
+            if not presented and ws.cookies.get(COOKIE):
+                if not same_origin(ws.headers):
+                    raise cross_site(ws.headers)  # another page opening the feed with the cookie
+                presented = ws.cookies.get(COOKIE)
+            token = await auth.check(auth.token(presented), "read")
             at = Position.parse(after)
             known = await history(backend.log, token.tenant, run_id)
             if not known:

@@ -11,13 +11,22 @@ starts a timer thread per request — both measurable on the hot path, bench/gat
 
 A verified token is remembered for :data:`VERIFIED_TTL_S`, so a revocation takes effect within
 that time rather than at once; the store is not read on every request.
+
+The cookie is sent by the browser whatever page asks, and ``SameSite`` does not tell ports
+apart: a page on another port of the same host is "same-site". So a request that authenticates
+with the cookie and changes something (any method but GET/HEAD/OPTIONS), and every WebSocket
+upgrade using the cookie, must come from the gateway's own pages (:func:`same_origin`), or it is
+refused with 403 before anything else is read. A bearer token or ``?token=`` is not something
+another page can make the browser send, so those requests are not checked.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from limits import RateLimitItem, parse_many
 from limits.aio.storage import MemoryStorage
@@ -95,3 +104,35 @@ def bearer(authorization: str | None) -> str | None:
         return None
     scheme, _, value = authorization.partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing: a cookie may authenticate them from any page (and another
+origin cannot read the answer: the gateway sends no CORS headers)."""
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """Whether the browser says the request comes from the gateway's own pages: its
+    ``Sec-Fetch-Site`` is ``same-origin`` (or ``none``: typed in the address bar), and its
+    ``Origin``, when sent, is the ``Host`` it was sent to (scheme aside; the port counts). A
+    client sending neither header is not a browser, and no other page made it send the cookie.
+    Behind a reverse proxy, pass the ``Host`` header through."""
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    netloc = urlsplit(origin).netloc.lower()
+    return bool(netloc) and netloc == (headers.get("host") or "").lower()
+
+
+def cross_site(headers: Mapping[str, str]) -> Problem:
+    """The refusal of a cookie-authenticated request another page made."""
+    return Problem(
+        403, "cross-site", "Cross-site request refused",
+        f"the web view's cookie authenticates only requests from the gateway's own pages "
+        f"(Origin {headers.get('origin')!r}, Sec-Fetch-Site {headers.get('sec-fetch-site')!r}, "
+        f"Host {headers.get('host')!r}); a client of its own sends 'Authorization: Bearer "
+        "<token>'",
+    )  # fmt: skip

@@ -323,9 +323,9 @@ class Backend:
 
         ``run_id``, when the caller knows it (a live page, a chat following the run), finds the
         request in the run's log at once; without it the audit projection says which run asked
-        (an id prefix works there), which may lag the log by a moment."""
+        (by the exact id: no prefixes over the network), which may lag the log by a moment."""
         if run_id is None:
-            row = await approval_row(self.engine, approval_id)
+            row = await approval_row(self.engine, approval_id, prefix=False)
             if row is None or row.run_id is None:
                 raise not_found("approval", approval_id)
             run_id, approval_id = row.run_id, row.approval_id

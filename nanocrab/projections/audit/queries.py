@@ -188,19 +188,25 @@ async def pending_approvals(
     return [_approval_row(r) for r in rows]
 
 
-async def approval_row(engine: AsyncEngine, approval_id: str) -> ApprovalRow | None:
-    """The approval with this id, or the only one whose id starts with it; else ``None``.
+async def approval_row(
+    engine: AsyncEngine, approval_id: str, *, prefix: bool = True
+) -> ApprovalRow | None:
+    """The approval with this id, or (``prefix``) the only one whose id starts with it; else
+    ``None``. The gateway asks for exact ids: a prefix is a person's shorthand at a terminal,
+    and over HTTP it would let a request that cannot see the list guess its way to an entry.
 
     Approval ids repeat where call ids do (the policy derives them from the call id): when
     several runs asked for the same id, the one still pending among them, if only one is."""
     if not approval_id:
         return None
     t = audit_approvals
-    prefix = approval_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = approval_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     async with engine.connect() as conn:
         known = select(t.c.approval_id).where(t.c.approval_id == approval_id).limit(1)
         if await conn.scalar(known) is None:
-            like = t.c.approval_id.like(f"{prefix}%", escape="\\")
+            if not prefix:
+                return None
+            like = t.c.approval_id.like(f"{escaped}%", escape="\\")
             ids = await conn.execute(select(t.c.approval_id).where(like).distinct().limit(2))
             found = ids.scalars().all()
             if len(found) != 1:

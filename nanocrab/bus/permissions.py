@@ -81,8 +81,9 @@ MAY_PUBLISH: Final[Mapping[str, tuple[str, ...]]] = {
     ),
     CAPGEN: (
         "capability.generated", "capability.tested", "capability.registered",
-        # capability_config.auto_enable: a new capability enabled as it registers (capgen)
-        "capability.enabled", *_DEAD_LETTERS,
+        # capability_config.auto_enable: a new capability enabled as it registers (capgen);
+        # ``capability.enabled`` is a person's (cli) alone
+        "capability.auto_enabled", *_DEAD_LETTERS,
     ),
     # verdicts and alerts only: what the run does with a verdict is the orchestrator's decision
     GUARDRAILS: ("guardrail.*", "alert.*", *_DEAD_LETTERS),

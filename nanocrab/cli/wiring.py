@@ -20,6 +20,7 @@ from nanocrab.capabilities.config import (
     load_capability_config,
 )
 from nanocrab.capabilities.deps import blocked as capability_blocked
+from nanocrab.capabilities.pin import Pinned
 from nanocrab.cli.settings import Settings
 from nanocrab.connectors import connectors_setup
 from nanocrab.guardrails import load_guardrails
@@ -118,9 +119,10 @@ class CapabilityCatalogue:
         found = [await self.lookup(r.name) for r in rows if r.enabled and not r.removed]
         return [c for c in found if c is not None]
 
-    async def permissions(self, name: str) -> tuple[str, ...] | None:
+    async def permissions(self, name: str) -> Pinned | None:
+        """What the policy decides a call on: the capability's permissions and its pin."""
         cap = await self.lookup(name)
-        return None if cap is None else cap.permissions
+        return None if cap is None else Pinned(cap.permissions, cap.pin)
 
 
 def capability_config(settings: Settings) -> CapabilityConfig:

@@ -15,6 +15,7 @@ from nanocrab.events.budget import (
 )
 from nanocrab.events.capabilities import (
     MAX_SOURCE_BYTES,
+    CapabilityAutoEnabled,
     CapabilityDisabled,
     CapabilityEnabled,
     CapabilityFinding,
@@ -165,6 +166,7 @@ __all__ = [
     "BusDeadLettered",
     "BusMalformed",
     "Capability",
+    "CapabilityAutoEnabled",
     "CapabilityDetails",
     "CapabilityDisabled",
     "CapabilityEnabled",

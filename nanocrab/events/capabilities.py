@@ -122,6 +122,16 @@ class CapabilityEnabled(_CapabilityEvent, frozen=True, tag="capability.enabled")
     reason: str = ""
 
 
+class CapabilityAutoEnabled(CapabilityEnabled, frozen=True, tag="capability.auto_enabled"):
+    """The generator enabled a capability new to the registry (``capability_config``'s
+    ``auto_enable``): the only enabling it may publish (the broker lets only people, ``cli``,
+    publish ``capability.enabled``). A subclass of :class:`CapabilityEnabled`, so whatever reads
+    an enabling reads both; the registry believes it only for a capability nobody has enabled
+    or disabled since it was registered, and only for its current version — a new version of an
+    enabled capability waits for a person (an adversarial pass, as ``capgen``, enabled its own
+    capabilities and swapped the code of enabled ones)."""
+
+
 class CapabilityDisabled(_CapabilityEvent, frozen=True, tag="capability.disabled"):
     """``dependents``: enabled capabilities requiring this one when it was disabled (only with
     ``forced``: otherwise such a disable is refused); they stay enabled but cannot be invoked

@@ -10,6 +10,7 @@ from nanocrab.events.agents import AgentHealth, AgentLogged, AgentMetric
 from nanocrab.events.base import ENVELOPE_FIELDS, Event
 from nanocrab.events.budget import BudgetExceeded, BudgetRaised, BudgetRefused
 from nanocrab.events.capabilities import (
+    CapabilityAutoEnabled,
     CapabilityDisabled,
     CapabilityEnabled,
     CapabilityGenerated,
@@ -85,7 +86,8 @@ AnyEvent = (
     | LlmRequested | LlmDelta | LlmResponded | AgentResponded | LlmFailed | ContextCompacted
     | ToolRequested | ToolStarted | ToolOutput | ToolCompleted | ToolResolved | ToolSkipped
     | CapabilityRequested | CapabilityGenerated | CapabilityTested | CapabilityRegistered
-    | CapabilityEnabled | CapabilityDisabled | CapabilityRemoved | CapabilityInvoked
+    | CapabilityEnabled | CapabilityAutoEnabled | CapabilityDisabled | CapabilityRemoved
+    | CapabilityInvoked
     | GrantIssued | GrantDenied | GrantRevoked | SecurityRejected
     | ApprovalRequested | ApprovalGranted | ApprovalDenied | ApprovalExpired
     | MessageQueued | SubagentSpawned | SubagentCompleted

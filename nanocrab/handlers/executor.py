@@ -376,6 +376,7 @@ class Executor:
             call_id=grant.call_id,
             allowed_hosts=_granted_hosts(grant),
             confinement=self.confinement.for_grant(grant.tier, grant.capabilities),
+            granted=tuple(c.resource for c in grant.capabilities if c.resource is not None),
         )
         if state.terminal:
             cancel.set()

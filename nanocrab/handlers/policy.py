@@ -44,6 +44,7 @@ from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.reactions import append_reaction
 from nanocrab.bus.replay import Window, read
+from nanocrab.capabilities.pin import Pinned, pins
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
@@ -52,6 +53,7 @@ from nanocrab.events import (
     BudgetExceeded,
     BudgetRaised,
     BudgetRefused,
+    Capability,
     Event,
     GrantDenied,
     GrantIssued,
@@ -82,7 +84,17 @@ logger = logging.getLogger(__name__)
 SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
 Remembered = tuple[str, str]
 """A session approval: its id and the run it was given in (whose workspace it covers)."""
-PermissionLookup = Callable[[str], Awaitable[Sequence[str] | None]]
+def _tool_key(tool: str, capabilities: Sequence[Capability]) -> str:
+    """The tool part of a session approval's key: a capability call's is the pin of the code
+    approved (``capabilities/pin.py``)."""
+    if tool != CAPABILITY_TOOL:
+        return tool
+    return " ".join(pins([c.resource for c in capabilities])) or tool
+
+
+PermissionLookup = Callable[[str], Awaitable[Pinned | None]]
+"""What an enabled capability declares and the pin of its code (``capabilities/pin.py``);
+``None`` for one that is unknown, disabled or removed."""
 ResourcesOf = Callable[[str, Mapping[str, Any]], CallResources | None]  # connectors' resources
 CAPABILITY_TOOL = "capability"
 SESSION_CAPACITY = 4096
@@ -231,12 +243,13 @@ class PolicyHandler:
             ),
             budget=state.task.capabilities,
         )
-        if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
-            decision = await self._capability_tier(event, decision)
         # asked each time: a call the guardrails flagged; code given a writable workspace (the
         # WASM sandbox mounts all of it writable, .git/config and hooks included: a session's
         # approval of one harmless script would let the next plant what the user's git runs)
         once_only = bool(event.guardrail)
+        if decision.tier != "deny" and event.tool == CAPABILITY_TOOL:
+            decision, writes = await self._capability_tier(event, decision)
+            once_only = once_only or writes  # as ``python`` with ``write: true``, below
         if decision.tier != "deny" and event.tool == "python" and event.arguments.get("write"):
             # a writable workspace is a write, whatever the rule for sandboxed reads said; the
             # binding hash keeps ``write: true`` from being added after the approval
@@ -324,25 +337,32 @@ class PolicyHandler:
         why = "it was denied" if isinstance(answer, ApprovalDenied) else "it expired"
         return [plan_approval.deny(call, request, why)]
 
-    async def _capability_tier(self, event: ToolRequested, decision: Decision) -> Decision:
+    async def _capability_tier(
+        self, event: ToolRequested, decision: Decision
+    ) -> tuple[Decision, bool]:
         """The rules allow the tool; the capability's declared permissions may raise the tier
-        (never lower it): writing → Guarded, network → Unsafe."""
+        (never lower it): writing → Guarded, network → Unsafe. The decision names the exact
+        code it was made on (its pin, a resource of the grant and of any approval: the tool
+        runs nothing else). Also whether the code gets a writable workspace."""
         name = event.arguments.get("name")
         if name == "list":
-            return decision
-        permissions = (
+            return decision, False
+        found = (
             await self.capability_permissions(name)
             if isinstance(name, str) and self.capability_permissions is not None
             else None
         )
-        if permissions is None:
+        if found is None:
             return dataclasses.replace(
                 decision,
                 tier="deny",
                 reason=f"no enabled capability {name!r} (`nanocrab capabilities list`)",
-            )
-        why = f"capability {name!r} declares {', '.join(permissions)}"
-        return _raised(decision, tier_for(permissions), why)
+            ), False
+        why = f"capability {name!r} declares {', '.join(found.permissions) or 'nothing'}"
+        raised = _raised(decision, tier_for(found.permissions), why)
+        pinned = Capability(tool=CAPABILITY_TOOL, resource=found.resource, access="execute")
+        raised = dataclasses.replace(raised, capabilities=(*raised.capabilities, pinned))
+        return raised, "fs.write" in found.permissions
 
     def _grant(
         self,
@@ -386,11 +406,14 @@ class PolicyHandler:
         )
 
     def _session_key(self, state: RunState, decision: Decision, tool: str) -> SessionKey:
-        """A subagent (allowed by its rule to share) looks up its parent's session."""
+        """A subagent (allowed by its rule to share) looks up its parent's session. A
+        capability's approval is for its code: the key names the pin, not the ``capability``
+        tool (an approval of one capability covered every other, and every later version)."""
         task = state.task
         assert task is not None
         session = task.parent_session_id if task.parent_run_id else task.session_id
-        return (task.tenant, session or "", decision.rule or "", tool)
+        return (task.tenant, session or "", decision.rule or "",
+                _tool_key(tool, decision.capabilities))  # fmt: skip
 
     async def _same_workspace(self, state: RunState, approved_in: str) -> bool:
         """Whether the run ``approved_in`` (where a session approval was given) worked in this
@@ -538,7 +561,8 @@ class PolicyHandler:
             remember="session" if session else "once",
         )
         if session and state.task is not None and state.task.session_id:
-            key = (state.task.tenant, state.task.session_id, request.rule or "", request.tool)
+            key = (state.task.tenant, state.task.session_id, request.rule or "",
+                   _tool_key(request.tool, request.capabilities))  # fmt: skip
             self._remember(key, (request.approval_id, state.run_id))
         return self._sign(state, grant)
 
@@ -593,7 +617,8 @@ class PolicyHandler:
             and event.session_id
             and verify(event, {self.keypair.public_key.decode()}) is None
         ):
-            key = (event.tenant, event.session_id, event.rule or "", event.tool)
+            key = (event.tenant, event.session_id, event.rule or "",
+                   _tool_key(event.tool, event.capabilities))  # fmt: skip
             self._remember(key, (event.approval_id or "", event.run_id or ""))
 
     def _remember(self, key: SessionKey, remembered: Remembered) -> None:

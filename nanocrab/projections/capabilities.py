@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from nanocrab.bus import Stored, Subjects
 from nanocrab.capabilities.deps import Node
 from nanocrab.events import (
+    CapabilityAutoEnabled,
     CapabilityDisabled,
     CapabilityEnabled,
     CapabilityInvoked,
@@ -121,8 +122,8 @@ class CapabilitiesProjection:
             match s.event:
                 case CapabilityRegistered() as e:
                     await _register(conn, s.seq, e)
-                case CapabilityEnabled(name=name, time=t):
-                    await _set_status(conn, name, t, enabled=True, reason="")
+                case CapabilityEnabled() as e if await _may_enable(conn, e):
+                    await _set_status(conn, e.name, e.time, enabled=True, reason="")
                 case CapabilityDisabled(name=name, time=t, reason=reason):
                     await _set_status(conn, name, t, enabled=False, reason=reason)
                 case CapabilityRemoved(name=name, time=t, reason=reason):
@@ -147,6 +148,25 @@ _KINDS = (
 
 AWAITING = "new: not enabled yet"
 """The status reason of a capability nobody has enabled since it was registered."""
+NEW_VERSION = "new version: not enabled yet (the one before was)"
+"""The status reason of an enabled capability's new code: a person enables each code."""
+
+
+async def _may_enable(conn: AsyncConnection, e: CapabilityEnabled) -> bool:
+    """Whether the registry believes an enabling: of the capability's current version (a
+    person enables the code they saw), and, from the generator (``capability.auto_enabled``),
+    only of a capability nobody has enabled or disabled since it was registered."""
+    row = (
+        await conn.execute(
+            select(capabilities.c.version, capabilities.c.enabled, capabilities.c.removed,
+                   capabilities.c.status_reason).where(capabilities.c.name == e.name)
+        )
+    ).first()  # fmt: skip
+    if row is None or row.removed or row.version != e.version:
+        return False
+    if isinstance(e, CapabilityAutoEnabled):
+        return not row.enabled and row.status_reason == AWAITING
+    return True
 
 
 async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) -> None:
@@ -171,11 +191,10 @@ async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) ->
     }  # fmt: skip
     row = (
         await conn.execute(
-            select(capabilities.c.enabled, capabilities.c.removed).where(
-                capabilities.c.name == e.name
-            )
+            select(capabilities.c.enabled, capabilities.c.removed,
+                   capabilities.c.content_hash).where(capabilities.c.name == e.name)
         )
-    ).first()
+    ).first()  # fmt: skip
     if row is None:
         await conn.execute(
             capabilities.insert().values(
@@ -185,6 +204,9 @@ async def _register(conn: AsyncConnection, seq: int, e: CapabilityRegistered) ->
         return
     if row.removed:  # generated again after a removal: back, and waiting for the user again
         values.update(enabled=False, status_reason=AWAITING)
+    elif row.enabled and row.content_hash != e.content_hash:
+        # other code under the enabled name: it waits for a person (capabilities/pin.py)
+        values.update(enabled=False, status_reason=NEW_VERSION)
     await conn.execute(update(capabilities).where(capabilities.c.name == e.name).values(**values))
 
 

@@ -90,6 +90,10 @@ class ToolContext:
     # How exec confines its command (nanocrab.tools.confine): the executor derives it from the
     # grant and the policy. None: the strictest default, a Safe call with no network.
     confinement: Confinement | None = None
+    # The resources the call's grant names (the executor sets them): a tool whose target can
+    # change after the decision (a capability's code) runs only what the grant names. None:
+    # not run under a grant (a tool used directly).
+    granted: tuple[str, ...] | None = None
 
 
 class ToolArgs(BaseModel):

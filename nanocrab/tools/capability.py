@@ -5,7 +5,8 @@ Capabilities are generated, scanned and tested by the capgen handler and switche
 :data:`Lookup` (the registry read model in the runtime; the tools layer knows no database),
 validates the arguments against its JSON Schema, and calls its entry function in the sandbox
 with the workspace mounted only as its declared permissions say (``fs.read`` read-only,
-``fs.write`` writable, nothing otherwise). The result carries :class:`CapabilityDetails`, from
+``fs.write`` writable, nothing otherwise) — only the exact code its grant names
+(``capabilities/pin.py``). The result carries :class:`CapabilityDetails`, from
 which the executor records ``capability.invoked`` for the registry's statistics. The policy
 derives the call's tier from the same declared permissions.
 
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from nanocrab.capabilities.invoke import argument_errors, invoke
+from nanocrab.capabilities.pin import pin, pins
 from nanocrab.events import CapabilityDetails, TextBlock, ToolErrorKind
 from nanocrab.sandbox import Limits, Mount, Sandbox
 from nanocrab.tools.base import ToolArgs, ToolContext, ToolError, ToolResult
@@ -46,6 +48,11 @@ class EnabledCapability:
     user_guidance: str = ""
     requires: tuple[str, ...] = ()
     blocked: str = ""  # why it may not run now (a dependency not enabled, ...); "" if it may
+
+    @property
+    def pin(self) -> str:
+        """The resource naming exactly this code (``capabilities/pin.py``)."""
+        return pin(self.name, self.version, self.source, self.entry, self.permissions)
 
 
 Lookup = Callable[[str], Awaitable[EnabledCapability | None]]
@@ -92,6 +99,13 @@ class CapabilityTool:
             )
         if cap.blocked:
             raise ToolError("denied", f"{cap.name} cannot run now: {cap.blocked}")
+        if ctx.granted is not None and cap.pin not in pins(ctx.granted):
+            granted = ", ".join(pins(ctx.granted)) or "no capability"
+            raise ToolError(
+                "denied",
+                f"{cap.name} is now version {cap.version} ({cap.pin}); the grant is for "
+                f"{granted}: call it again to have this version decided",
+            )
         if problems := argument_errors(cap.parameters, args.arguments):
             raise ToolError("invalid_arguments", f"{cap.name}: " + "; ".join(problems))
         result, run = await invoke(

@@ -14,7 +14,7 @@ Settings (``capability_config``, :mod:`nanocrab.capabilities.config`): the model
 ``max_tokens``, the attempts cap, the size, test and registry limits, the test sandbox's limits,
 the permitted operations (a module declaring another is refused, ``permission_forbidden``), and
 ``auto_enable``: a capability new to the registry is then enabled at once
-(``capability.enabled``, reason ``auto_enable``) when everything it ``requires`` is enabled.
+(``capability.auto_enabled``, reason ``auto_enable``) when everything it ``requires`` is enabled.
 A module's ``requires`` must name registered, not removed capabilities and form no cycle. The
 registry entry carries ``user_guidance``: the module's, else the request's guidance.
 
@@ -38,6 +38,7 @@ from nanocrab.capabilities.config import CapabilityConfig
 from nanocrab.capabilities.deps import Node, problems
 from nanocrab.capabilities.module import MAX_GUIDANCE_CHARS
 from nanocrab.events import (
+    CapabilityAutoEnabled,
     CapabilityDisabled,
     CapabilityEnabled,
     CapabilityFinding,
@@ -223,7 +224,7 @@ class CapgenHandler:
         return await registry_from_log(self.log, self.reader)
 
     async def _auto_enabled(self, registered: CapabilityRegistered) -> list[Event]:
-        """``auto_enable``: the ``capability.enabled`` of a capability new to the registry, if
+        """``auto_enable``: the ``capability.auto_enabled`` of a capability new to the registry, if
         everything it requires is enabled; nothing for a new version (it keeps its status)."""
         nodes = await self.registry()
         before = nodes.get(registered.name)
@@ -233,7 +234,7 @@ class CapgenHandler:
         if problems(nodes, registered.name):
             return []
         return [
-            CapabilityEnabled(
+            CapabilityAutoEnabled(
                 name=registered.name, version=registered.version,
                 requires=list(registered.requires), reason="auto_enable",
             )
@@ -314,24 +315,42 @@ async def registry_from_log(log: EventLog, reader: DirectReader) -> dict[str, No
     the ``requires`` of its current version (what the registry projection would say, without
     waiting for it)."""
     raws = []
-    for kind in ("registered", "enabled", "disabled", "removed"):
+    for kind in ("registered", "enabled", "auto_enabled", "disabled", "removed"):
         raws.extend(await reader.after(log.subjects.of_type(f"capability.{kind}"), 0))
     nodes: dict[str, Node] = {}
+    current: dict[str, tuple[str, str]] = {}  # name → (version, content hash)
+    awaiting: set[str] = set()  # registered, and nobody enabled or disabled it since
     for raw in sorted(raws, key=lambda r: r.seq):
         try:
             e = log.decode(raw.data, subject=raw.subject)
         except EventDecodeError:
             continue
-        if isinstance(e, CapabilityRegistered):
+        if isinstance(e, CapabilityRegistered):  # as the projection (projections/capabilities)
             old = nodes.get(e.name)
-            keep = old is not None and not old.removed and old.enabled
+            fresh = old is None or old.removed
+            same = current.get(e.name, ("", ""))[1] == e.content_hash
+            keep = not fresh and old is not None and old.enabled and same
             nodes[e.name] = Node(enabled=keep, requires=tuple(e.requires))
+            current[e.name] = (e.version, e.content_hash)
+            if fresh:
+                awaiting.add(e.name)
+            elif old is not None and old.enabled and not same:
+                awaiting.discard(e.name)  # a new version of enabled code waits for a person
             continue
         node = nodes.get(getattr(e, "name", ""))
         if node is None or node.removed:
             continue
-        if isinstance(e, CapabilityEnabled | CapabilityDisabled):
-            nodes[e.name] = dc_replace(node, enabled=isinstance(e, CapabilityEnabled))
+        if isinstance(e, CapabilityEnabled):
+            version_ok = current.get(e.name, ("", ""))[0] == e.version
+            auto_ok = not isinstance(e, CapabilityAutoEnabled) or (
+                e.name in awaiting and not node.enabled
+            )
+            if version_ok and auto_ok:
+                nodes[e.name] = dc_replace(node, enabled=True)
+                awaiting.discard(e.name)
+        elif isinstance(e, CapabilityDisabled):
+            nodes[e.name] = dc_replace(node, enabled=False)
+            awaiting.discard(e.name)
         elif isinstance(e, CapabilityRemoved):
             nodes[e.name] = dc_replace(node, enabled=False, removed=True)
     return nodes

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from nats.js.api import StreamInfo
 
 from nanocrab.bus import BusConfig, BusError, Connector
 from nanocrab.bus.cluster import LocalCluster, NodeSpec, node_config
@@ -85,10 +86,15 @@ async def test_r3_streams_keep_taking_appends_with_a_node_down(tmp_path: Path) -
     try:
         await connector.setup()
         log = await connector.open(CLI)
-        info = await log.js.stream_info(cfg.log_stream)
+
+        async def settled() -> StreamInfo | None:
+            # a new stream's replicas may still be catching up on a loaded machine
+            info = await log.js.stream_info(cfg.log_stream)
+            return info if cluster_problem(cfg.log_stream, info) is None else None
+
+        info = await eventually(settled)
         health = stream_cluster(info)
         assert health is not None and len(health["replicas"]) == 2 and health["leader"]
-        assert cluster_problem(cfg.log_stream, info) is None
         await log.append(new_task("before", "default", None))
 
         cluster.kill(health["leader"])  # the stream's leader dies

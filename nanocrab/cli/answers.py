@@ -10,12 +10,14 @@ from typing import Literal, TypedDict
 
 import typer
 from rich.prompt import Prompt
+from rich.text import Text
 
 from nanocrab.bus import EventLog, append_traced, read_run
 from nanocrab.cli.common import console, err, settings_or_exit
 from nanocrab.cli.host import bus_session, engine_for
 from nanocrab.cli.ids import IdError, resolve_id
 from nanocrab.cli.settings import Settings
+from nanocrab.cli.shown import visible
 from nanocrab.events import ApprovalDenied, ApprovalGranted, ApprovalRequested, utcnow
 from nanocrab.projections import approval_row, catch_up_projection, pending_approvals
 from nanocrab.security import KeyRing, sign
@@ -64,19 +66,19 @@ def answer_for(
     return sign(answer, keypair)
 
 
-def describe(request: ApprovalRequested) -> str:
+def describe(request: ApprovalRequested) -> Text:
+    """The call as the person approving it must see it: every argument in full, and nothing
+    of it read as markup or terminal codes (cli/shown.py)."""
     args = ", ".join(f"{k}={v!r}" for k, v in request.arguments.items())
     left = (request.expires_at - utcnow()).total_seconds()
+    expires = f"\n  id {visible(request.approval_id)} · expires in {max(0, left):.0f}s"
     if request.about == "budget":  # a run over a spending cap asking for more
-        return (
-            f"[bold yellow]budget[/]: {request.reason}\n"
-            f"  id {request.approval_id} · expires in {max(0, left):.0f}s"
-        )
-    return (
-        f"[bold yellow]{request.tier}[/] call needs approval: [bold]{request.tool}[/]({args})\n"
-        f"  why: {request.reason}\n"
-        f"  id {request.approval_id} · expires in {max(0, left):.0f}s"
-    )
+        return Text.assemble(("budget", "bold yellow"), ": ", visible(request.reason), expires)
+    return Text.assemble(
+        (visible(request.tier), "bold yellow"), " call needs approval: ",
+        (visible(request.tool), "bold"), "(", visible(args), ")\n",
+        "  why: ", visible(request.reason), expires,
+    )  # fmt: skip
 
 
 async def prompt_for(request: ApprovalRequested, settings: Settings) -> Answer:
@@ -151,7 +153,9 @@ async def answer(approval_id: str, *, grant: bool, session: bool, reason: str) -
         await append_traced(log, answer, parent=request.trace)  # joins the run's trace
     verb = "approved" if grant else "denied"
     scope = " for the rest of the session" if session else ""
-    console.print(
-        f"{verb} {request.tool} ({request.approval_id}){scope}; "
-        f"follow with `nanocrab replay {request.run_id}`"
-    )
+    args = ", ".join(f"{k}={v!r}" for k, v in request.arguments.items())
+    console.print(Text.assemble(  # the whole call answered, as it will run
+        f"{verb}{scope}: ", (visible(request.tool), "bold"), "(", visible(args), ")\n",
+        f"  id {visible(request.approval_id)}; follow with ",
+        f"`nanocrab replay {visible(request.run_id or '')}`",
+    ))  # fmt: skip

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nanocrab.cli.common import JsonOpt, app, console, err, run_async, settings_or_exit
+from nanocrab.cli.shown import plain_row
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -117,8 +118,8 @@ def print_run_audit(settings: Settings, run_id: str) -> None:
         approval = r.approval_result or ""
         if r.approver:
             approval += f" by {_approver(r.approver)}"
-        t.add_row(
-            r.tool or "?", r.tier or "", approval,
+        plain_row(
+            t, r.tool or "?", r.tier or "", approval,
             Text(r.status, _STATUS_STYLE.get(r.status, "white")),
             _duration(r.duration_ms, r.status),
         )  # fmt: skip
@@ -202,7 +203,7 @@ def calls_table(rows: list[AuditRow], title: str, *, with_run: bool = True) -> T
             Text(r.status, _STATUS_STYLE.get(r.status, "white")),
             _duration(r.duration_ms, r.status), _short(r.error, 60),
         ]  # fmt: skip
-        t.add_row(*cells)
+        plain_row(t, *cells)
     return t
 
 
@@ -211,8 +212,8 @@ def _violations_table(rows: list[ViolationRow]) -> Table:
     for col in ("time", "run", "refused", "event", "signer", "by", "reason"):
         t.add_column(col)
     for v in rows:
-        t.add_row(
-            _local(v.time), (v.run_id or "")[-8:], Text(v.rejected_type, "bold red"),
+        plain_row(
+            t, _local(v.time), (v.run_id or "")[-8:], Text(v.rejected_type, "bold red"),
             _key(v.rejected_id), _key(v.signer), v.source, _short(v.reason, 80),
         )  # fmt: skip
     return t
@@ -385,8 +386,8 @@ def approvals(json_: JsonOpt = False) -> None:
         t.add_column(col, no_wrap=col in ("id", "expires in"))
     for a in pending:
         left = (a.expires_at - now).total_seconds() if a.expires_at else 0.0
-        t.add_row(
-            a.approval_id, (a.run_id or "")[-8:], a.tool or "?", _args(a.arguments, 50),
+        plain_row(  # the arguments in full, wrapped: what approving would run
+            t, a.approval_id, (a.run_id or "")[-8:], a.tool or "?", _args(a.arguments, 4000),
             Text(a.tier or "", "bold red" if a.tier == "unsafe" else "yellow"),
             _short(a.reason, 50), _in(left), ", ".join(a.options),
         )  # fmt: skip

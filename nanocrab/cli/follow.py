@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 import typer
+from rich.text import Text
 
 from nanocrab.bus import EventLog, RuntimeOptions, Stored, append_traced, read, read_run
 from nanocrab.cli.agent import SessionFile
@@ -22,6 +23,7 @@ from nanocrab.cli.ids import resolve_run
 from nanocrab.cli.live import print_line, usage_table
 from nanocrab.cli.render import print_json, stored_json, timeline_table
 from nanocrab.cli.settings import Settings
+from nanocrab.cli.shown import visible
 from nanocrab.cli.wiring import build_reactors
 from nanocrab.events import (
     ApprovalRequested,
@@ -146,13 +148,15 @@ async def follow(
             console.print(timeline_table(task.run_id, seen))
         console.print(usage_table(seen))
         if isinstance(outcome, RunCompleted):
-            console.print(f"\n[bold magenta]answer:[/] {outcome.reply}")
+            console.print(Text.assemble("\n", ("answer:", "bold magenta"), " ",
+                                        visible(outcome.reply)))  # fmt: skip
     if isinstance(outcome, RunCompleted):
         return 0
     if isinstance(outcome, RunFailed):
-        err.print(f"[bold red]run failed ({outcome.kind}):[/] {outcome.reason}")
+        err.print(Text.assemble((f"run failed ({outcome.kind}):", "bold red"), " ",
+                                visible(outcome.reason)))  # fmt: skip
     elif isinstance(outcome, RunCancelled):
-        err.print(f"[bold yellow]run cancelled[/] {outcome.reason}")
+        err.print(Text.assemble(("run cancelled", "bold yellow"), " ", visible(outcome.reason)))
     return 1
 
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from nanocrab.bus import Stored
 from nanocrab.cli.render import problem
+from nanocrab.cli.shown import cleaned
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
@@ -129,7 +130,7 @@ def line_for(s: Stored) -> Text | None:
             t.append(f"■ run cancelled {reason}", "bold yellow")
         case _:
             return None
-    return t
+    return cleaned(t)  # event content is shown, never obeyed (cli/shown.py)
 
 
 def usage_table(events: list[Stored]) -> Table:

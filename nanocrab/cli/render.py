@@ -12,6 +12,7 @@ from rich.text import Text
 
 from nanocrab.bus import Stored
 from nanocrab.bus.placement import Misplaced
+from nanocrab.cli.shown import cell, visible
 from nanocrab.events import Codec
 from nanocrab.projections import summarize
 
@@ -57,15 +58,15 @@ def event_line(s: Stored) -> Text:
     t = Text()
     t.append(f"{s.seq:>7} ", style="dim")
     if s.event is None:
-        t.append(f"{problem(s)} on {s.subject}: {s.error}", style="bold red")
+        t.append(visible(f"{problem(s)} on {s.subject}: {s.error}"), style="bold red")
         return t
     e = s.event
     t.append(e.time.strftime("%H:%M:%S.%f")[:-3] + " ", style="dim")
     t.append(f"{e.type:<20} ", style=style_for(e.type))
-    t.append(f"{e.source:<10} ", style="cyan")
+    t.append(visible(f"{e.source:<10} "), style="cyan")
     if e.run_id:
         t.append(f"run={e.run_id[-8:]} ", style="dim")
-    t.append(summarize(e, 120))
+    t.append(visible(summarize(e, 120)))
     return t
 
 
@@ -82,7 +83,9 @@ def timeline_table(run_id: str, events: list[Stored]) -> Table:
     ids = {s.event.id: s.seq for s in events if s.event}
     for s in events:
         if s.event is None:
-            table.add_row(str(s.seq), "", "", Text(problem(s), "bold red"), "", "", str(s.error))
+            table.add_row(
+                str(s.seq), "", "", Text(problem(s), "bold red"), "", "", cell(str(s.error))
+            )
             continue
         e = s.event
         delta = "" if previous is None else f"{(e.time - previous).total_seconds() * 1000:.1f}"
@@ -90,7 +93,7 @@ def timeline_table(run_id: str, events: list[Stored]) -> Table:
         cause = f"#{ids[e.causation_id]}" if e.causation_id in ids else (e.causation_id or "")
         table.add_row(
             str(s.seq), e.time.strftime("%H:%M:%S.%f")[:-3], delta,
-            Text(e.type, style_for(e.type)), e.source, cause, summarize(e, 200),
+            Text(e.type, style_for(e.type)), cell(e.source), cell(cause), cell(summarize(e, 200)),
         )  # fmt: skip
     return table
 

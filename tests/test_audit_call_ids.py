@@ -45,6 +45,7 @@ from nanocrab.projections import (
 )
 from nanocrab.projections.audit import audit_invocations
 from nanocrab.projections.db import metadata
+from tests.conftest import eventually
 from tests.security_rig import Rig, security_rig
 
 from .test_audit_projection import at, env, table_contents
@@ -348,3 +349,38 @@ async def test_the_policy_and_executor_audit_each_run_on_its_own(
         assert (b.approval_result, b.approver, b.grant_id) == ("denied", a.approver, None)
         assert b.arguments == {"path": "two.txt", "content": "2"}
         assert (rig.workspace / "one.txt").exists() and not (rig.workspace / "two.txt").exists()
+
+
+async def test_two_pending_calls_with_the_same_call_id_have_their_own_approval_ids(
+    log: EventLog, engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """An approval id names one run's call: derived from its ``tool.requested``, not from the
+    call id the model chose. An adversarial pass (7) pressed Approve on one chat's Telegram
+    message and approved another chat's Unsafe call with the same call id (a compromised
+    ``llm`` reusing it); by id alone, ``approval_row`` could not tell the two apart either."""
+    policy = Policy.from_mapping(
+        {
+            "version": 1, "grant_ttl": 60, "approval": {"timeout": 30},
+            "rules": [{"id": "write-ws", "tools": ["write"], "paths": ["${workspace}"],
+                       "tier": "guarded"}],
+        },
+        source="call-ids",
+    )  # fmt: skip
+    async with security_rig(log, engine, tmp_path, policy) as rig:
+        first, second = await rig.start_run(), await rig.start_run()
+        await call_with_id(rig, first, CALL, "write", {"path": "one.txt", "content": "1"})
+        await call_with_id(rig, second, CALL, "write", {"path": "two.txt", "content": "2"})
+        a, b = await rig.approval(first, CALL), await rig.approval(second, CALL)
+        assert a.approval_id != b.approval_id
+        assert not a.approval_id.startswith("0000000000")  # a time, like any event id
+
+        async def listed() -> bool:
+            ids = {p.approval_id for p in await pending_approvals(engine)}
+            return {a.approval_id, b.approval_id} <= ids
+
+        await eventually(listed)
+        row = await approval_row(engine, b.approval_id, prefix=False)
+        assert row is not None and row.run_id == second
+        await rig.log.append(rig.answer(b))
+        assert isinstance(await rig.outcome(second, CALL), ToolCompleted)
+        assert (rig.workspace / "two.txt").exists() and not (rig.workspace / "one.txt").exists()

@@ -293,7 +293,8 @@ class PolicyHandler:
         resources = [c.resource for c in decision.capabilities]
         return [
             ApprovalRequested(
-                approval_id=derive_event_id("approval", event.call_id, 0),
+                # from the request, not the model's call id: unique to this run's call
+                approval_id=derive_event_id("approval", event.id, 0),
                 call_id=event.call_id,
                 tool=event.tool,
                 arguments=dict(event.arguments),

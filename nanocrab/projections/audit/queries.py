@@ -195,7 +195,8 @@ async def approval_row(
     ``None``. The gateway asks for exact ids: a prefix is a person's shorthand at a terminal,
     and over HTTP it would let a request that cannot see the list guess its way to an entry.
 
-    Approval ids repeat where call ids do (the policy derives them from the call id): when
+    Approval ids of older logs repeat where call ids do (the policy derived them from the call
+    id; now from the call's ``tool.requested``, unique to the run): when
     several runs asked for the same id, the one still pending among them, if only one is."""
     if not approval_id:
         return None

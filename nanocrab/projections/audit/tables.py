@@ -100,7 +100,8 @@ audit_invocations = Table(
 audit_approvals = Table(
     "audit_approvals",
     metadata,
-    # approval ids are minted by the policy from the call id, so they repeat where call ids do
+    # approval ids were minted by the policy from the call id (older logs repeat them where call
+    # ids repeat; now they derive from the call's tool.requested)
     Column("approval_id", String(128), nullable=False),
     Column("run_id", String(128), nullable=False),
     Column("session_id", String(128)),

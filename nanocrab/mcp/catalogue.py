@@ -111,20 +111,29 @@ class McpCatalogue:
 
 
 def screened_text(tool: mt.Tool) -> str:
-    """Everything of ``tool`` the model would read: its description, title and the
-    descriptions and titles anywhere in its input schema."""
+    """Everything of ``tool`` the model would read: its description, title and every string of
+    its input schema — values anywhere (``description``, ``enum``, ``default``, ``examples``,
+    ``$comment``, ``const``…) and the names of its properties. The schema goes to the model as
+    it is, so text hidden in any of them is read (an adversarial pass put an injection in each
+    of those the screen did not read, and all six tools were admitted)."""
     parts = [tool.title or "", tool.description or ""]
     parts.extend(_schema_text(tool.inputSchema))
     return "\n".join(p for p in parts if p)
 
 
-def _schema_text(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
+_NAMED = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+"""Schema keywords whose keys are names a schema's author chose (a property's name is text the
+model reads)."""
+
+
+def _schema_text(node: Any, names: bool = False) -> Iterator[str]:
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
         for key, value in node.items():
-            if key in ("description", "title") and isinstance(value, str):
-                yield value
-            else:
-                yield from _schema_text(value)
+            if names and isinstance(key, str):
+                yield key
+            yield from _schema_text(value, names=not names and key in _NAMED)
     elif isinstance(node, list):
         for item in node:
             yield from _schema_text(item)

@@ -51,6 +51,10 @@ async def test_watch_a_run_live_approve_by_clicking_and_read_the_audit(gw: Gatew
             await page.goto(f"{gw.url}/runs/{run_id}")
             approve = page.locator(".approval button.approve")
             await expect(approve).to_be_visible(timeout=30_000)
+            # the whole call next to the button: what approving would run
+            await expect(page.locator(".approval pre.arguments")).to_contain_text(
+                '"content": "hello from the gateway"'
+            )
             await expect(page.locator("#run-status")).to_have_text("awaiting_approval")
             await page.screenshot(path=str(IMG / "web-run-approval.png"), full_page=True)
             before = await page.locator("#timeline tbody tr").count()

@@ -74,6 +74,10 @@ function liveTimeline(table) {
       box.className = "approval";
       box.dataset.approval = event.data.approval_id;
       box.textContent = `waiting: ${event.data.tool} needs approval (${event.data.tier}): ${event.data.reason} `;
+      const args = document.createElement("pre");  // the whole call, as approving would run it
+      args.className = "arguments";
+      args.textContent = JSON.stringify(event.data.arguments, null, 1);
+      box.appendChild(args);
       if (canApprove) {
         for (const verb of ["approve", "deny"]) {
           const button = document.createElement("button");

@@ -84,14 +84,6 @@ logger = logging.getLogger(__name__)
 SessionKey = tuple[str, str, str, str]  # tenant, session, rule, tool
 Remembered = tuple[str, str]
 """A session approval: its id and the run it was given in (whose workspace it covers)."""
-def _tool_key(tool: str, capabilities: Sequence[Capability]) -> str:
-    """The tool part of a session approval's key: a capability call's is the pin of the code
-    approved (``capabilities/pin.py``)."""
-    if tool != CAPABILITY_TOOL:
-        return tool
-    return " ".join(pins([c.resource for c in capabilities])) or tool
-
-
 PermissionLookup = Callable[[str], Awaitable[Pinned | None]]
 """What an enabled capability declares and the pin of its code (``capabilities/pin.py``);
 ``None`` for one that is unknown, disabled or removed."""
@@ -101,6 +93,14 @@ SESSION_CAPACITY = 4096
 """Session approvals kept in memory (most recently given first to stay)."""
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
 E = TypeVar("E", GrantIssued, BudgetRaised)
+
+
+def _tool_key(tool: str, capabilities: Sequence[Capability]) -> str:
+    """The tool part of a session approval's key: a capability call's is the pin of the code
+    approved (``capabilities/pin.py``)."""
+    if tool != CAPABILITY_TOOL:
+        return tool
+    return " ".join(pins([c.resource for c in capabilities])) or tool
 
 
 @dataclass

@@ -55,6 +55,17 @@ APPROVAL = f"appr-{CALL}"  # the policy derives it from the call id alone
 GRANT = f"g-{CALL}"
 
 
+WRITES_GUARDED = Policy.from_mapping(
+    {
+        "version": 1, "grant_ttl": 60, "approval": {"timeout": 30},
+        "rules": [{"id": "write-ws", "tools": ["write"], "paths": ["${workspace}"],
+                   "tier": "guarded"}],
+    },
+    source="call-ids",
+)  # fmt: skip
+"""A ``write`` in the workspace asks a person."""
+
+
 def requested(run: str, t: float, tool: str = "exec") -> ToolRequested:
     return ToolRequested(
         call_id=CALL, tool=tool, arguments={"command": f"make {run}"},
@@ -320,15 +331,7 @@ async def test_the_policy_and_executor_audit_each_run_on_its_own(
 ) -> None:
     """Two runs, one guarded ``write`` each, both ``call_0``: the first approved and run, the
     second refused by the approver; each audit row has its own grant, approval and outcome."""
-    policy = Policy.from_mapping(
-        {
-            "version": 1, "grant_ttl": 60, "approval": {"timeout": 30},
-            "rules": [{"id": "write-ws", "tools": ["write"], "paths": ["${workspace}"],
-                       "tier": "guarded"}],
-        },
-        source="call-ids",
-    )  # fmt: skip
-    async with security_rig(log, engine, tmp_path, policy) as rig:
+    async with security_rig(log, engine, tmp_path, WRITES_GUARDED) as rig:
         first = await rig.start_run()
         await call_with_id(rig, first, CALL, "write", {"path": "one.txt", "content": "1"})
         await rig.log.append(rig.answer(await rig.approval(first, CALL)))
@@ -358,15 +361,7 @@ async def test_two_pending_calls_with_the_same_call_id_have_their_own_approval_i
     call id the model chose. An adversarial pass (7) pressed Approve on one chat's Telegram
     message and approved another chat's Unsafe call with the same call id (a compromised
     ``llm`` reusing it); by id alone, ``approval_row`` could not tell the two apart either."""
-    policy = Policy.from_mapping(
-        {
-            "version": 1, "grant_ttl": 60, "approval": {"timeout": 30},
-            "rules": [{"id": "write-ws", "tools": ["write"], "paths": ["${workspace}"],
-                       "tier": "guarded"}],
-        },
-        source="call-ids",
-    )  # fmt: skip
-    async with security_rig(log, engine, tmp_path, policy) as rig:
+    async with security_rig(log, engine, tmp_path, WRITES_GUARDED) as rig:
         first, second = await rig.start_run(), await rig.start_run()
         await call_with_id(rig, first, CALL, "write", {"path": "one.txt", "content": "1"})
         await call_with_id(rig, second, CALL, "write", {"path": "two.txt", "content": "2"})

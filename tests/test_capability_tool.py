@@ -4,6 +4,7 @@ every run recorded for the registry's statistics."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +23,12 @@ from nanocrab.events import (
 from nanocrab.policy import Policy
 from nanocrab.sandbox import Sandbox
 from nanocrab.tools.base import ToolContext
-from nanocrab.tools.capability import CapabilityArgs, CapabilityTool, EnabledCapability
+from nanocrab.tools.capability import (
+    CapabilityArgs,
+    CapabilityTool,
+    EnabledCapability,
+    Lookup,
+)
 from nanocrab.tools.ops import LocalOperations
 from tests.conftest import eventually
 from tests.security_rig import Rig, security_rig
@@ -153,12 +159,22 @@ RULES = Policy.from_mapping(
 )  # fmt: skip
 
 
+@contextlib.asynccontextmanager
+async def capability_rig(  # type: ignore[no-untyped-def]
+    log, engine, tmp_path, sandbox, policy: Policy, tool_lookup: Lookup = lookup
+) -> AsyncIterator[Rig]:
+    """The policy and executor with the ``capability`` tool: the policy reads ``ENABLED``,
+    the tool ``tool_lookup``."""
+    tool = CapabilityTool(sandbox, lookup=tool_lookup, catalogue=catalogue)
+    async with security_rig(
+        log, engine, tmp_path, policy, tools=[tool], capability_permissions=permissions
+    ) as r:
+        yield r
+
+
 @pytest.fixture
 async def rig(log, sqlite_engine, tmp_path, sandbox) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    tool = CapabilityTool(sandbox, lookup=lookup, catalogue=catalogue)
-    async with security_rig(
-        log, sqlite_engine, tmp_path, RULES, tools=[tool], capability_permissions=permissions
-    ) as r:
+    async with capability_rig(log, sqlite_engine, tmp_path, sandbox, RULES) as r:
         yield r
 
 
@@ -226,10 +242,7 @@ async def swap_rig(log, sqlite_engine, tmp_path, sandbox) -> AsyncIterator[Rig]:
     async def swapped(name: str) -> EnabledCapability | None:
         return SWAPPED if name == READER.name else ENABLED.get(name)
 
-    tool = CapabilityTool(sandbox, lookup=swapped, catalogue=catalogue)
-    async with security_rig(
-        log, sqlite_engine, tmp_path, RULES, tools=[tool], capability_permissions=permissions
-    ) as r:
+    async with capability_rig(log, sqlite_engine, tmp_path, sandbox, RULES, swapped) as r:
         yield r
 
 
@@ -263,10 +276,7 @@ GUARDED = Policy.from_mapping(
 
 @pytest.fixture
 async def guarded_rig(log, sqlite_engine, tmp_path, sandbox) -> AsyncIterator[Rig]:  # type: ignore[no-untyped-def]
-    tool = CapabilityTool(sandbox, lookup=lookup, catalogue=catalogue)
-    async with security_rig(
-        log, sqlite_engine, tmp_path, GUARDED, tools=[tool], capability_permissions=permissions
-    ) as r:
+    async with capability_rig(log, sqlite_engine, tmp_path, sandbox, GUARDED) as r:
         yield r
 
 

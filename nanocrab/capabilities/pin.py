@@ -39,3 +39,11 @@ def pin(name: str, version: str, code: str, entry: str, permissions: Sequence[st
 def pins(resources: Sequence[str | None]) -> list[str]:
     """The capability pins among a grant's resources."""
     return [r for r in resources if r is not None and r.startswith(PREFIX)]
+
+
+def session_tool(tool: str, resources: Sequence[str | None]) -> str:
+    """The tool part of a session approval's key: for a ``capability`` call, the pins of the
+    code approved (an approval of one capability covered every other, and later versions)."""
+    if tool != "capability":
+        return tool
+    return " ".join(pins(resources)) or tool

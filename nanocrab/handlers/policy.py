@@ -44,7 +44,7 @@ from nanocrab.bus import Delivery, EventLog, Expect, Reaction
 from nanocrab.bus.errors import BusError
 from nanocrab.bus.reactions import append_reaction
 from nanocrab.bus.replay import Window, read
-from nanocrab.capabilities.pin import Pinned, pins
+from nanocrab.capabilities.pin import Pinned, session_tool
 from nanocrab.events import (
     ApprovalDenied,
     ApprovalExpired,
@@ -93,14 +93,6 @@ SESSION_CAPACITY = 4096
 """Session approvals kept in memory (most recently given first to stay)."""
 _EXPIRY_ORDINAL = 100  # watchdog reactions are stamped outside the handler's ordinals
 E = TypeVar("E", GrantIssued, BudgetRaised)
-
-
-def _tool_key(tool: str, capabilities: Sequence[Capability]) -> str:
-    """The tool part of a session approval's key: a capability call's is the pin of the code
-    approved (``capabilities/pin.py``)."""
-    if tool != CAPABILITY_TOOL:
-        return tool
-    return " ".join(pins([c.resource for c in capabilities])) or tool
 
 
 @dataclass
@@ -414,7 +406,7 @@ class PolicyHandler:
         assert task is not None
         session = task.parent_session_id if task.parent_run_id else task.session_id
         return (task.tenant, session or "", decision.rule or "",
-                _tool_key(tool, decision.capabilities))  # fmt: skip
+                session_tool(tool, [c.resource for c in decision.capabilities]))  # fmt: skip
 
     async def _same_workspace(self, state: RunState, approved_in: str) -> bool:
         """Whether the run ``approved_in`` (where a session approval was given) worked in this
@@ -562,8 +554,8 @@ class PolicyHandler:
             remember="session" if session else "once",
         )
         if session and state.task is not None and state.task.session_id:
-            key = (state.task.tenant, state.task.session_id, request.rule or "",
-                   _tool_key(request.tool, request.capabilities))  # fmt: skip
+            tool = session_tool(request.tool, [c.resource for c in request.capabilities])
+            key = (state.task.tenant, state.task.session_id, request.rule or "", tool)
             self._remember(key, (request.approval_id, state.run_id))
         return self._sign(state, grant)
 
@@ -619,7 +611,7 @@ class PolicyHandler:
             and verify(event, {self.keypair.public_key.decode()}) is None
         ):
             key = (event.tenant, event.session_id, event.rule or "",
-                   _tool_key(event.tool, event.capabilities))  # fmt: skip
+                   session_tool(event.tool, [c.resource for c in event.capabilities]))  # fmt: skip
             self._remember(key, (event.approval_id or "", event.run_id or ""))
 
     def _remember(self, key: SessionKey, remembered: Remembered) -> None:
